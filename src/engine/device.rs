@@ -1,0 +1,150 @@
+//! Device selection: the one file that decides where kiln's tensors live.
+//!
+//! - [`cpu`]: burn's pure-Rust `flex` backend. Native tests run here; in the browser it is the fallback when
+//!   there is no WebGPU adapter.
+//! - [`gpu`]: burn's wgpu runtime. In the browser that is WebGPU (`navigator.gpu`); natively it is whatever
+//!   wgpu picks (Vulkan, on CI through Mesa's lavapipe).
+//!
+//! burn registers a wgpu runtime once per process (a second `init` is an error), so [`gpu`] initialises it on
+//! first use and hands out clones of the same [`Device`] afterwards.
+
+use burn::tensor::Device;
+use burn::tensor::wgpu::{WgpuSetup, wgpu};
+use serde::Serialize;
+
+/// Which kind of device a [`Gpu`] or [`cpu`] call produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceKind {
+    /// burn's wgpu runtime on a GPU adapter (WebGPU in the browser).
+    Gpu,
+    /// burn's `flex` CPU backend.
+    Cpu,
+}
+
+/// What a device is, for logs, the demo page and (later) the engine's `device` report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceInfo {
+    /// `gpu` or `cpu`.
+    pub kind: DeviceKind,
+    /// The graphics API: `BrowserWebGpu`, `Vulkan`, `Metal`, ... or `flex` for the CPU backend.
+    pub backend: String,
+    /// The adapter's name (in browsers, `GPUAdapterInfo.description`, often empty by privacy policy).
+    pub adapter: String,
+    /// wgpu's device type: `Cpu` for software adapters such as SwiftShader or lavapipe, `DiscreteGpu`, ...
+    pub device_type: String,
+    /// Driver name and version, where the platform tells (never in browsers).
+    pub driver: String,
+    /// Whether WGSL `f16` is available (`shader-f16`). Without it models run in f32.
+    pub shader_f16: bool,
+    /// The adapter limits that bound model size and kernel shapes; `None` on the CPU backend.
+    pub limits: Option<GpuLimits>,
+}
+
+/// A few of the adapter's limits, in bytes or invocations.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuLimits {
+    pub max_buffer_size: u64,
+    pub max_storage_buffer_binding_size: u64,
+    pub max_compute_workgroup_storage_size: u32,
+    pub max_compute_invocations_per_workgroup: u32,
+    pub max_compute_workgroup_size_x: u32,
+}
+
+/// An initialised wgpu device and what it runs on.
+#[derive(Debug, Clone)]
+pub struct Gpu {
+    pub device: Device,
+    pub info: DeviceInfo,
+}
+
+/// The device could not be obtained.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    /// wgpu found no usable adapter, or the adapter refused to create a device.
+    #[error("no usable GPU adapter for `device`: {0}")]
+    Unavailable(String),
+}
+
+/// burn's CPU backend and its description.
+pub fn cpu() -> (Device, DeviceInfo) {
+    let info = DeviceInfo {
+        kind: DeviceKind::Cpu,
+        backend: "flex".into(),
+        adapter: "burn flex (CPU)".into(),
+        device_type: "Cpu".into(),
+        driver: String::new(),
+        shader_f16: false,
+        limits: None,
+    };
+    (Device::flex(), info)
+}
+
+/// The wgpu device (WebGPU in the browser), initialised on first call and shared afterwards.
+pub async fn gpu() -> Result<Gpu, DeviceError> {
+    #[cfg(target_family = "wasm")]
+    {
+        thread_local! {
+            static GPU: std::cell::RefCell<Option<Gpu>> = const { std::cell::RefCell::new(None) };
+        }
+        if let Some(gpu) = GPU.with(|g| g.borrow().clone()) {
+            return Ok(gpu);
+        }
+        let (device, setup) = Device::wgpu_options()
+            .init_with_setup_async()
+            .await
+            .map_err(|e| DeviceError::Unavailable(e.to_string()))?;
+        let gpu = Gpu {
+            device,
+            info: describe(&setup),
+        };
+        GPU.with(|g| *g.borrow_mut() = Some(gpu.clone()));
+        Ok(gpu)
+    }
+    #[cfg(not(target_family = "wasm"))]
+    {
+        use std::sync::Mutex;
+        static GPU: Mutex<Option<Gpu>> = Mutex::new(None);
+        // Natively the synchronous init is available; holding the lock across it makes concurrent first
+        // calls (parallel tests) wait for one initialisation instead of racing burn's registration.
+        let mut slot = GPU.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(gpu) = slot.as_ref() {
+            return Ok(gpu.clone());
+        }
+        let (device, setup) = Device::wgpu_options()
+            .init_with_setup()
+            .map_err(|e| DeviceError::Unavailable(e.to_string()))?;
+        let gpu = Gpu {
+            device,
+            info: describe(&setup),
+        };
+        *slot = Some(gpu.clone());
+        Ok(gpu)
+    }
+}
+
+fn describe(setup: &WgpuSetup) -> DeviceInfo {
+    let adapter = setup.adapter.get_info();
+    let limits = setup.adapter.limits();
+    DeviceInfo {
+        kind: DeviceKind::Gpu,
+        backend: format!("{:?}", setup.backend),
+        adapter: adapter.name,
+        device_type: format!("{:?}", adapter.device_type),
+        driver: [adapter.driver, adapter.driver_info]
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .collect::<Vec<_>>()
+            .join(" "),
+        shader_f16: setup.adapter.features().contains(wgpu::Features::SHADER_F16),
+        limits: Some(GpuLimits {
+            max_buffer_size: limits.max_buffer_size,
+            max_storage_buffer_binding_size: limits.max_storage_buffer_binding_size,
+            max_compute_workgroup_storage_size: limits.max_compute_workgroup_storage_size,
+            max_compute_invocations_per_workgroup: limits.max_compute_invocations_per_workgroup,
+            max_compute_workgroup_size_x: limits.max_compute_workgroup_size_x,
+        }),
+    }
+}

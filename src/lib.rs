@@ -1,0 +1,15 @@
+//! kiln: open-weight LLMs inside the browser on WebGPU, behind the OpenAI inference API.
+//!
+//! The core is plain Rust over burn tensors on a runtime [`burn::tensor::Device`]; it runs natively (CPU via
+//! burn's `flex` backend, or wgpu) for tests and benchmarks, and in the browser on WebGPU. Only [`wasm`] knows
+//! about JavaScript.
+//!
+//! - [`engine`]: device selection and the device self-check (later: loading and the generation loop).
+//! - [`model`]: burn building blocks of the Llama-family decoder.
+//! - `wasm` (wasm32 only): the JavaScript facade.
+
+pub mod engine;
+pub mod model;
+
+#[cfg(target_arch = "wasm32")]
+pub mod wasm;

@@ -1,0 +1,61 @@
+//! Root-mean-square layer normalisation, as used by every Llama-family decoder.
+
+use burn::tensor::Tensor;
+
+/// RMSNorm over the last dimension: `y = x / sqrt(mean(x², -1) + eps) * weight`.
+///
+/// Shapes: `x` is `[..., hidden]` (any rank `D`), `weight` is `[hidden]`; the result has the shape of `x`.
+/// The mean of squares is taken in the tensor's dtype (f32 on every device kiln targets today).
+pub fn rms_norm<const D: usize>(x: Tensor<D>, weight: Tensor<1>, eps: f64) -> Tensor<D> {
+    // [..., 1]: the reciprocal root mean square of each row.
+    let inv_rms = x
+        .clone()
+        .powi_scalar(2)
+        .mean_dim(D - 1)
+        .add_scalar(eps)
+        .sqrt()
+        .recip();
+    // weight: [hidden] -> [1, ..., 1, hidden] so it broadcasts over the leading dimensions.
+    x * inv_rms * weight.unsqueeze::<D>()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::{Device, TensorData};
+
+    fn read(t: Tensor<2>) -> Vec<f32> {
+        let data = pollster::block_on(t.into_data_async()).expect("read back");
+        data.as_slice::<f32>().expect("f32 data").to_vec()
+    }
+
+    #[test]
+    fn unit_weight_gives_rows_of_unit_rms() {
+        let device = Device::flex();
+        let x = Tensor::<2>::from_data(
+            TensorData::new(vec![1.0f32, -2.0, 3.0, 0.5, 10.0, 0.0, 0.0, -4.0], [2, 4]),
+            &device,
+        );
+        let w = Tensor::<1>::ones([4], &device);
+        let y = read(rms_norm(x, w, 0.0));
+        for row in y.chunks(4) {
+            let ms: f32 = row.iter().map(|v| v * v).sum::<f32>() / 4.0;
+            assert!((ms - 1.0).abs() < 1e-5, "mean square {ms} of {row:?}");
+        }
+        // Signs and ratios inside a row are kept: 1 : -2 : 3 : 0.5.
+        assert!((y[1] / y[0] + 2.0).abs() < 1e-5 && (y[2] / y[0] - 3.0).abs() < 1e-5);
+    }
+
+    #[test]
+    fn weight_scales_each_column_and_eps_damps_small_rows() {
+        let device = Device::flex();
+        let x = Tensor::<2>::from_data(TensorData::new(vec![1e-3f32; 4], [1, 4]), &device);
+        let w = Tensor::<1>::from_data(TensorData::new(vec![1.0f32, 2.0, 3.0, 4.0], [4]), &device);
+        // rms = 1e-3; with eps = 1e-6 the denominator is sqrt(1e-6 + 1e-6) = 1.41421e-3.
+        let y = read(rms_norm(x, w, 1e-6));
+        for (i, v) in y.iter().enumerate() {
+            let expected = 1e-3 / (2e-6f32).sqrt() * (i as f32 + 1.0);
+            assert!((v - expected).abs() < 1e-4, "column {i}: {v} vs {expected}");
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! The JavaScript facade: the only module that uses wasm-bindgen. It converts and forwards; the work is in
+//! [`crate::engine`].
+
+use serde::Serialize;
+use wasm_bindgen::prelude::*;
+
+use crate::engine::check::{CheckReport, check_device};
+use crate::engine::device::{self, DeviceInfo};
+
+/// What `deviceReport()` resolves to: the device burn runs on and the self-check's result there.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct DeviceReport {
+    device: DeviceInfo,
+    check: CheckReport,
+}
+
+/// Initialises a device and runs the numerical self-check on it.
+///
+/// `kind` is `"webgpu"` (the default) or `"cpu"`. Resolves to `{ device, check }` (see `DeviceInfo` and
+/// `CheckReport`); rejects with an `Error` when the device cannot be had or fails while computing.
+#[wasm_bindgen(js_name = deviceReport)]
+pub async fn device_report(kind: Option<String>) -> Result<JsValue, JsError> {
+    install_panic_hook();
+    let (device, info) = match kind.as_deref().unwrap_or("webgpu") {
+        "webgpu" => {
+            let gpu = device::gpu().await?;
+            (gpu.device, gpu.info)
+        }
+        "cpu" => device::cpu(),
+        other => {
+            return Err(JsError::new(&format!(
+                "unknown `kind` {other:?}: expected \"webgpu\" or \"cpu\""
+            )));
+        }
+    };
+    let check = check_device(&device).await?;
+    let report = DeviceReport { device: info, check };
+    Ok(report.serialize(&serde_wasm_bindgen::Serializer::json_compatible())?)
+}
+
+/// Sends Rust panics to the browser console, where they are otherwise reported as `unreachable`.
+fn install_panic_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |panic| {
+            web_sys::console::error_1(&format!("kiln panicked: {panic}").into());
+            previous(panic);
+        }));
+    });
+}
