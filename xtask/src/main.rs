@@ -1,0 +1,176 @@
+//! kiln's developer commands, run as `cargo xtask <command>` (an alias in `.cargo/config.toml`).
+//!
+//! - `test`: installs what is missing (see [`setup`]), then fmt, clippy (native and wasm32), the native tests,
+//!   the wasm tests in headless Chromium on WebGPU, and the end-to-end test of the demo page.
+//! - `demo`: builds the npm package into `pkg/` and serves `www/` + `pkg/` on http://127.0.0.1:8080.
+//! - `setup`: only the installation step.
+
+mod pkg;
+mod serve;
+mod setup;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+const USAGE: &str = "usage: cargo xtask <test|demo|setup>
+  test    install what is missing, then fmt, clippy, native tests, browser tests, demo e2e test
+  demo    build the wasm package into pkg/ and serve the demo on http://127.0.0.1:8080 (--port N)
+  setup   only install what is missing";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("test") => test(),
+        Some("demo") => demo(&args[1..]),
+        Some("setup") => setup::ensure(&root()).map(|_| ()),
+        _ => {
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root (the parent of this crate's directory).
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
+
+/// Runs `cmd`, echoing it; an error names the command and its exit status.
+pub fn run(cmd: &mut Command) -> Result<(), String> {
+    eprintln!("+ {}", show(cmd));
+    let status = cmd
+        .status()
+        .map_err(|e| format!("cannot start `{}`: {e}", show(cmd)))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("`{}` failed ({status})", show(cmd)))
+    }
+}
+
+fn show(cmd: &Command) -> String {
+    std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|s| s.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+fn test() -> Result<(), String> {
+    let root = root();
+    let tools = setup::ensure(&root)?;
+    let mut stages: Vec<(&str, Result<(), String>, f64)> = Vec::new();
+    let mut stage = |name: &'static str, f: &mut dyn FnMut() -> Result<(), String>| {
+        eprintln!("\n==> {name}");
+        let start = Instant::now();
+        let result = f();
+        stages.push((name, result, start.elapsed().as_secs_f64()));
+    };
+    const WASM: &str = "wasm32-unknown-unknown";
+    stage("cargo fmt --check", &mut || {
+        run(cargo().current_dir(&root).args(["fmt", "--all", "--check"]))
+    });
+    stage("clippy (native)", &mut || {
+        run(cargo().current_dir(&root).args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]))
+    });
+    stage("clippy (wasm32)", &mut || {
+        run(cargo().current_dir(&root).args([
+            "clippy",
+            "--package",
+            "kiln",
+            "--all-targets",
+            "--target",
+            WASM,
+            "--",
+            "-D",
+            "warnings",
+        ]))
+    });
+    stage("native tests", &mut || {
+        run(cargo().current_dir(&root).args(["test", "--workspace"]))
+    });
+    stage(
+        "browser tests (wasm-pack, headless Chromium, WebGPU)",
+        &mut || {
+            run(tools
+                .command("wasm-pack")
+                .current_dir(&root)
+                .env("WASM_BINDGEN_TEST_TIMEOUT", "600")
+                .args([
+                    "test",
+                    "--mode",
+                    "no-install",
+                    "--headless",
+                    "--chrome",
+                    "--chromedriver",
+                ])
+                .arg(setup::CHROMEDRIVER)
+                .args(["--release", "--", "--", "--nocapture"]))
+        },
+    );
+    stage("demo page e2e (playwright-core, headless Chromium)", &mut || {
+        pkg::build(&tools, &root, pkg::Opt::Skip)?;
+        let server = serve::start(&root, 0)?;
+        let artifacts = root.join("target").join("e2e");
+        std::fs::create_dir_all(&artifacts).map_err(|e| format!("{}: {e}", artifacts.display()))?;
+        run(Command::new("node")
+            .current_dir(&root)
+            .env("KILN_DEMO_URL", format!("http://{}/", server.addr))
+            .env("KILN_ARTIFACTS", &artifacts)
+            .args(["--test", "tests/e2e/demo.test.mjs"]))
+    });
+
+    eprintln!("\nxtask test summary:");
+    let mut failed = 0;
+    for (name, result, secs) in &stages {
+        match result {
+            Ok(()) => eprintln!("  ok    {secs:7.1}s  {name}"),
+            Err(e) => {
+                failed += 1;
+                eprintln!("  FAIL  {secs:7.1}s  {name}: {e}");
+            }
+        }
+    }
+    if failed == 0 {
+        Ok(())
+    } else {
+        Err(format!("{failed} stage(s) failed"))
+    }
+}
+
+fn demo(args: &[String]) -> Result<(), String> {
+    let port = match args {
+        [] => 8080,
+        [flag, n] if flag == "--port" => n.parse().map_err(|_| format!("bad port `{n}`"))?,
+        _ => return Err(format!("unexpected arguments {args:?}\n{USAGE}")),
+    };
+    let root = root();
+    let tools = setup::ensure(&root)?;
+    pkg::build(&tools, &root, pkg::Opt::Release)?;
+    let server = serve::start(&root, port)?;
+    println!("\nkiln demo: http://{}/  (Ctrl-C to stop)", server.addr);
+    server.wait();
+    Ok(())
+}

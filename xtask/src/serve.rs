@@ -1,0 +1,162 @@
+//! A small static file server for the demo and its e2e test: `/pkg/...` from `pkg/`, everything else from
+//! `www/`, with the right MIME types (`application/wasm` is needed for streaming compilation) and the
+//! cross-origin isolation headers that threads in wasm will need. GET and HEAD only; loopback only.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Component, Path, PathBuf};
+use std::thread::JoinHandle;
+
+pub struct Server {
+    pub addr: SocketAddr,
+    thread: JoinHandle<()>,
+}
+
+impl Server {
+    /// Blocks for as long as the server runs (until the process is interrupted).
+    pub fn wait(self) {
+        let _ = self.thread.join();
+    }
+}
+
+/// Starts serving on 127.0.0.1:`port` (0: any free port) in a background thread.
+pub fn start(root: &Path, port: u16) -> Result<Server, String> {
+    let listener = TcpListener::bind(("127.0.0.1", port))
+        .map_err(|e| format!("cannot listen on 127.0.0.1:{port}: {e}"))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let www = root.join("www");
+    let pkg = root.join("pkg");
+    let thread = std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let (www, pkg) = (www.clone(), pkg.clone());
+            std::thread::spawn(move || {
+                if let Err(e) = handle(stream, &www, &pkg) {
+                    eprintln!("serve: {e}");
+                }
+            });
+        }
+    });
+    Ok(Server { addr, thread })
+}
+
+fn handle(stream: TcpStream, www: &Path, pkg: &Path) -> std::io::Result<()> {
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut request = String::new();
+    reader.read_line(&mut request)?;
+    // Drain the headers; nothing in them changes the answer.
+    let mut line = String::new();
+    while reader.read_line(&mut line)? > 2 {
+        line.clear();
+    }
+    let mut parts = request.split_whitespace();
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or("/"));
+    let path = target.split(['?', '#']).next().unwrap_or("/");
+    let file = resolve(path, www, pkg);
+    let mut out = stream;
+    match (method, file.and_then(|f| std::fs::read(&f).ok().map(|b| (f, b)))) {
+        ("GET" | "HEAD", Some((file, body))) => {
+            write!(
+                out,
+                "HTTP/1.1 200 OK\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-cache\r\n\
+                 Cross-Origin-Opener-Policy: same-origin\r\nCross-Origin-Embedder-Policy: require-corp\r\n\
+                 Connection: close\r\n\r\n",
+                mime(&file),
+                body.len()
+            )?;
+            if method == "GET" {
+                out.write_all(&body)?;
+            }
+        }
+        ("GET" | "HEAD", None) => {
+            out.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 10\r\nConnection: close\r\n\r\nnot found\n")?
+        }
+        _ => out.write_all(
+            b"HTTP/1.1 405 Method Not Allowed\r\nAllow: GET, HEAD\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        )?,
+    }
+    out.flush()
+}
+
+/// Maps a URL path to a file under `www/` or `pkg/`; `None` for anything that would leave them.
+fn resolve(path: &str, www: &Path, pkg: &Path) -> Option<PathBuf> {
+    let path = percent_decode(path)?;
+    let (base, rest) = match path.strip_prefix("/pkg/") {
+        Some(rest) => (pkg, rest),
+        None => (www, path.trim_start_matches('/')),
+    };
+    let rel = Path::new(rest);
+    if !rel.components().all(|c| matches!(c, Component::Normal(_))) {
+        return None;
+    }
+    let file = base.join(rel);
+    let file = if file.is_dir() {
+        file.join("index.html")
+    } else {
+        file
+    };
+    file.is_file().then_some(file)
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+fn mime(file: &Path) -> &'static str {
+    match file.extension().and_then(|e| e.to_str()).unwrap_or("") {
+        "html" => "text/html; charset=utf-8",
+        "js" | "mjs" => "text/javascript; charset=utf-8",
+        "css" => "text/css; charset=utf-8",
+        "json" => "application/json",
+        "wasm" => "application/wasm",
+        "svg" => "image/svg+xml",
+        "png" => "image/png",
+        "ico" => "image/x-icon",
+        "txt" | "md" | "ts" => "text/plain; charset=utf-8",
+        _ => "application/octet-stream",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_stay_inside_www_and_pkg() {
+        let root = crate::root();
+        let (www, pkg) = (root.join("www"), root.join("pkg"));
+        assert_eq!(resolve("/", &www, &pkg), Some(www.join("index.html")));
+        assert_eq!(resolve("/index.html", &www, &pkg), Some(www.join("index.html")));
+        assert_eq!(resolve("/../Cargo.toml", &www, &pkg), None);
+        assert_eq!(resolve("/%2e%2e/Cargo.toml", &www, &pkg), None);
+        assert_eq!(resolve("/pkg/../../Cargo.toml", &www, &pkg), None);
+        assert_eq!(resolve("/missing.js", &www, &pkg), None);
+        assert_eq!(resolve("/%zz", &www, &pkg), None);
+    }
+
+    #[test]
+    fn serves_files_over_http() {
+        let server = start(&crate::root(), 0).expect("listen");
+        let mut stream = TcpStream::connect(server.addr).expect("connect");
+        stream
+            .write_all(b"GET /index.html?x=1 HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut response = String::new();
+        std::io::Read::read_to_string(&mut stream, &mut response).unwrap();
+        assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
+        assert!(response.contains("Content-Type: text/html"));
+        assert!(response.contains("<title>kiln"));
+    }
+}
