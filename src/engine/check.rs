@@ -171,18 +171,27 @@ mod tests {
         let want = vec![1.0f64, -2.0, 0.5, 1e-6];
         let exact: Vec<f32> = want.iter().map(|&v| v as f32).collect();
         let ok = compare(&exact, &want);
-        assert!(ok.passed && ok.mismatches == 0 && ok.max_abs_diff < 1e-7, "{ok:?}");
+        assert!(
+            ok.passed && ok.mismatches == 0 && ok.max_abs_diff < 1e-7,
+            "{ok:?}"
+        );
 
         // Off by 3e-4 at |host| = 1: outside 1e-4 + 1e-4 * 1.
         let mut off = exact.clone();
         off[0] += 3e-4;
         let r = compare(&off, &want);
-        assert!(!r.passed && r.mismatches == 1 && (r.max_abs_diff - 3e-4).abs() < 1e-6, "{r:?}");
+        assert!(
+            !r.passed && r.mismatches == 1 && (r.max_abs_diff - 3e-4).abs() < 1e-6,
+            "{r:?}"
+        );
 
         let mut nan = exact.clone();
         nan[2] = f32::NAN;
         let r = compare(&nan, &want);
-        assert!(!r.passed && r.mismatches == 1 && r.max_abs_diff.is_infinite(), "{r:?}");
+        assert!(
+            !r.passed && r.mismatches == 1 && r.max_abs_diff.is_infinite(),
+            "{r:?}"
+        );
 
         let r = compare(&exact[..3], &want);
         assert!(!r.passed && r.mismatches == 1, "{r:?}");
