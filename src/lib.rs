@@ -4,10 +4,12 @@
 //! burn's `flex` backend, or wgpu) for tests and benchmarks, and in the browser on WebGPU. Only [`wasm`] knows
 //! about JavaScript.
 //!
+//! - [`api`]: the OpenAI wire types, their validation, and errors in OpenAI's shape.
 //! - [`engine`]: device selection and the device self-check (later: loading and the generation loop).
 //! - [`model`]: burn building blocks of the Llama-family decoder.
 //! - `wasm` (wasm32 only): the JavaScript facade.
 
+pub mod api;
 pub mod engine;
 pub mod model;
 
