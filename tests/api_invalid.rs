@@ -106,6 +106,7 @@ fn table() -> Vec<(Endpoint, Value, u16, Option<&'static str>, &'static str)> {
         (Chat, msgs(json!([{"role": "user", "content": "x", "tool_call_id": "c"}])), 422, Some("messages[0].tool_call_id"), "invalid_value"),
         (Chat, msgs(json!([{"role": "user", "content": "x", "tool_calls": []}])), 422, Some("messages[0].tool_calls"), "invalid_value"),
         (Chat, msgs(json!([{"role": "system", "content": "x", "reasoning_content": "r"}])), 422, Some("messages[0].reasoning_content"), "invalid_value"),
+        (Chat, msgs(json!([{"role": "user", "content": "x", "refusal": "no"}])), 422, Some("messages[0].refusal"), "invalid_value"),
         (Chat, msgs(json!([{"role": "assistant"}])), 422, Some("messages[0].content"), "missing_required_parameter"),
         (Chat, msgs(json!([{"role": "user", "content": []}])), 422, Some("messages[0].content"), "invalid_value"),
         (Chat, msgs(json!([{"role": "user", "content": 7}])), 422, Some("messages[0].content"), "invalid_type"),

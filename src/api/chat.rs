@@ -160,6 +160,9 @@ fn check_messages(messages: &[Message], spec: &ModelSpec) -> Result<(), ApiError
             };
             return Err(only(field, "assistant"));
         }
+        if m.refusal.is_some() && m.role != Role::Assistant {
+            return Err(only("refusal", "assistant"));
+        }
         if m.tool_call_id.is_some() && m.role != Role::Tool {
             return Err(only("tool_call_id", "tool"));
         }

@@ -198,6 +198,10 @@ pub struct Message {
     pub reasoning_content: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning: Option<String>,
+    /// OpenAI responses carry `refusal` on assistant messages; accepted so that a reply can be appended to
+    /// the history as it came. kiln never refuses, so in practice it is `null`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<String>,
 }
 
 /// Message roles of the seed. OpenAI also has `developer` and `function`; the seed does not, and wins.

@@ -112,8 +112,8 @@ pub struct ChatCompletion {
     pub model: String,
     pub choices: Vec<ChatChoice>,
     pub usage: Usage,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub service_tier: Option<ServiceTier>,
+    /// The request's `service_tier`, or `default` (the seed makes the field required).
+    pub service_tier: ServiceTier,
     pub system_fingerprint: String,
 }
 
@@ -260,6 +260,8 @@ pub struct Completion {
     /// Always on a full response; on stream chunks only the last, with `include_usage`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// Always on a full response (the request's tier, or `default`; the seed makes it required); on
+    /// stream chunks only when the request named one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_tier: Option<ServiceTier>,
     pub system_fingerprint: String,

@@ -248,6 +248,16 @@ pub enum ToolChoice {
     Function(String),
 }
 
+impl ToolChoice {
+    /// The function a named choice forces, if any.
+    pub fn function_name(&self) -> Option<&str> {
+        match self {
+            ToolChoice::Function(name) => Some(name),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct NamedToolChoice {

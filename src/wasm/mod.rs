@@ -7,6 +7,11 @@ use wasm_bindgen::prelude::*;
 use crate::engine::check::{CheckReport, check_device};
 use crate::engine::device::{self, DeviceInfo};
 
+// The OpenAI wire types (`ts/api.d.ts`, copied into the package by `cargo xtask`), re-exported from the
+// generated `kiln.d.ts` so that `import type { ChatCompletion } from 'kiln-llm'` works.
+#[wasm_bindgen(typescript_custom_section)]
+const API_TYPES: &str = r#"export type * from "./api";"#;
+
 /// What `deviceReport()` resolves to: the device burn runs on and the self-check's result there.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]

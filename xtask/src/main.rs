@@ -108,6 +108,10 @@ fn test() -> Result<(), String> {
             "warnings",
         ]))
     });
+    stage(
+        "TypeScript declarations (tsc, against the openai package)",
+        &mut || run(tools.command("tsc").current_dir(&root).args(["-p", "tests/ts"])),
+    );
     stage("native tests", &mut || {
         run(cargo().current_dir(&root).args(["test", "--workspace"]))
     });

@@ -1,6 +1,6 @@
 //! Builds the npm package into `pkg/`: `wasm-pack build --target web`, then the committed manifest
 //! `pkg.json` is merged over the `package.json` wasm-pack generated (its keys win; the version comes from
-//! `Cargo.toml`).
+//! `Cargo.toml`). `ts/api.d.ts` (the OpenAI wire types) is copied in beside the generated declarations.
 
 use std::path::Path;
 
@@ -36,6 +36,9 @@ pub fn build(tools: &Tools, root: &Path, opt: Opt) -> Result<(), String> {
         cmd.arg("--no-opt");
     }
     run(&mut cmd)?;
+    // The OpenAI wire types, hand-written and checked by tsc; `kiln.d.ts` re-exports them.
+    let api = root.join("ts").join("api.d.ts");
+    std::fs::copy(&api, root.join("pkg").join("api.d.ts")).map_err(|e| format!("{}: {e}", api.display()))?;
     merge_manifest(&root.join("pkg.json"), &root.join("pkg").join("package.json"))
 }
 
