@@ -137,6 +137,7 @@ fn table() -> Vec<(Endpoint, Value, u16, Option<&'static str>, &'static str)> {
         // Enums.
         (Chat, chat(json!({"reasoning_effort": "extreme"})), 422, Some("reasoning_effort"), "invalid_type"),
         (Chat, chat(json!({"service_tier": "priority"})), 422, Some("service_tier"), "invalid_type"),
+        (Chat, chat(json!({"service_tier": "over-limit"})), 422, Some("service_tier"), "invalid_value"),
         (Completion, completion(json!({"service_tier": 1})), 422, Some("service_tier"), "invalid_type"),
         // Streaming.
         (Chat, chat(json!({"stream_options": {"include_usage": true}})), 422, Some("stream_options"), "invalid_value"),

@@ -174,9 +174,21 @@ fn chat_union_forms() {
         let v = base(json!({ "reasoning_effort": effort }));
         chat_roundtrip(v.clone(), v);
     }
-    for tier in ["auto", "default", "over-limit", "flex", "no-limit"] {
+    // `over-limit` only appears in responses (refused in requests, see api_invalid.rs); `auto` resolves to
+    // `default` in responses.
+    for (tier, reported) in [
+        ("auto", "default"),
+        ("default", "default"),
+        ("flex", "flex"),
+        ("no-limit", "no-limit"),
+    ] {
         let v = base(json!({ "service_tier": tier }));
-        chat_roundtrip(v.clone(), v);
+        let parsed = chat_roundtrip(v.clone(), v);
+        let valid = validate_chat(&parsed, &spec()).unwrap();
+        assert_eq!(
+            serde_json::to_value(valid.common.response_tier()).unwrap(),
+            reported
+        );
     }
     // Assistant tool calls without `type` get it; content as text parts only.
     chat_roundtrip(

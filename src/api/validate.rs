@@ -72,7 +72,7 @@ pub struct Common {
     pub include_usage: bool,
     pub stop: Vec<String>,
     pub sampling: Sampling,
-    /// Echoed in responses.
+    /// As requested; responses report [`Common::response_tier`].
     pub service_tier: Option<ServiceTier>,
 }
 
@@ -103,6 +103,15 @@ pub struct ValidCompletion {
 }
 
 impl Common {
+    /// The tier a response reports: the requested one, with `auto` (and no request) resolved to `default`,
+    /// the tier a local device always serves at.
+    pub fn response_tier(&self) -> ServiceTier {
+        match self.service_tier {
+            None | Some(ServiceTier::Auto) => ServiceTier::Default,
+            Some(tier) => tier,
+        }
+    }
+
     /// The number of tokens to generate for a prompt of `prompt_tokens` (the field `prompt_param`): the
     /// requested bound, or the endpoint's default capped by the context. 400 `context_length_exceeded`
     /// when they do not fit.
@@ -243,6 +252,13 @@ pub(super) fn common(s: Shared<'_>, spec: &ModelSpec) -> Result<Common, ApiError
         return Err(ApiError::invalid(
             &format!("stop[{i}]"),
             format!("`stop[{i}]` must not be empty"),
+        ));
+    }
+    if s.service_tier == Some(ServiceTier::OverLimit) {
+        // The seed: "OverLimit ... cannot be set by user in the request, but is used in a response".
+        return Err(ApiError::invalid(
+            "service_tier",
+            "`service_tier` \"over-limit\" can only appear in responses",
         ));
     }
     let mut logit_bias = Vec::new();
