@@ -387,3 +387,60 @@ pub fn validate_completion(req: &CompletionRequest, spec: &ModelSpec) -> Result<
         logprobs,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn common(max_tokens: Option<usize>, default_max_tokens: usize) -> Common {
+        Common {
+            model: "m".into(),
+            n: 1,
+            max_tokens,
+            default_max_tokens,
+            stream: false,
+            include_usage: false,
+            stop: Vec::new(),
+            sampling: Sampling {
+                temperature: 1.0,
+                top_p: 1.0,
+                presence_penalty: 0.0,
+                frequency_penalty: 0.0,
+                logit_bias: Vec::new(),
+                seed: None,
+            },
+            service_tier: None,
+        }
+    }
+
+    #[test]
+    fn completion_budget_fits_the_context() {
+        // Requested bounds are honoured exactly when they fit, refused when they do not.
+        assert_eq!(common(Some(10), 16).completion_budget(54, 64, "messages"), Ok(10));
+        let e = common(Some(11), 16)
+            .completion_budget(54, 64, "messages")
+            .unwrap_err();
+        assert_eq!(
+            (e.status(), e.param.as_deref(), e.code),
+            (400, Some("messages"), "context_length_exceeded")
+        );
+        assert!(
+            e.message.contains("64") && e.message.contains("54") && e.message.contains("11"),
+            "{}",
+            e.message
+        );
+        // Without a bound: the default, capped by what the context leaves.
+        assert_eq!(
+            common(None, DEFAULT_CHAT_MAX_TOKENS).completion_budget(60, 64, "messages"),
+            Ok(4)
+        );
+        assert_eq!(common(None, 16).completion_budget(3, 64, "prompt"), Ok(16));
+        // A prompt that fills the context leaves no room at all.
+        assert!(common(None, 16).completion_budget(64, 64, "prompt").is_err());
+        assert!(
+            common(None, 16)
+                .completion_budget(usize::MAX, 64, "prompt")
+                .is_err()
+        );
+    }
+}
