@@ -1,7 +1,8 @@
 //! kiln's developer commands, run as `cargo xtask <command>` (an alias in `.cargo/config.toml`).
 //!
 //! - `test`: installs what is missing (see [`setup`]), then fmt, clippy (native and wasm32), the native tests,
-//!   the wasm tests in headless Chromium on WebGPU, and the end-to-end test of the demo page.
+//!   tsc over the TypeScript declarations, the wasm tests in headless Chromium on WebGPU, then the built
+//!   package: its types as a consumer sees them, and the end-to-end test of the demo page.
 //! - `demo`: builds the npm package into `pkg/` and serves `www/` + `pkg/` on http://127.0.0.1:8080.
 //! - `setup`: only the installation step.
 
@@ -134,17 +135,24 @@ fn test() -> Result<(), String> {
                 .args(["--release", "--", "--", "--nocapture"]))
         },
     );
-    stage("demo page e2e (playwright-core, headless Chromium)", &mut || {
-        pkg::build(&tools, &root, pkg::Opt::Skip)?;
-        let server = serve::start(&root, 0)?;
-        let artifacts = root.join("target").join("e2e");
-        std::fs::create_dir_all(&artifacts).map_err(|e| format!("{}: {e}", artifacts.display()))?;
-        run(Command::new("node")
-            .current_dir(&root)
-            .env("KILN_DEMO_URL", format!("http://{}/", server.addr))
-            .env("KILN_ARTIFACTS", &artifacts)
-            .args(["--test", "tests/e2e/demo.test.mjs"]))
-    });
+    stage(
+        "package: consumer types (tsc) and demo page e2e (playwright-core)",
+        &mut || {
+            pkg::build(&tools, &root, pkg::Opt::Skip)?;
+            run(tools
+                .command("tsc")
+                .current_dir(&root)
+                .args(["-p", "tests/ts/consumer"]))?;
+            let server = serve::start(&root, 0)?;
+            let artifacts = root.join("target").join("e2e");
+            std::fs::create_dir_all(&artifacts).map_err(|e| format!("{}: {e}", artifacts.display()))?;
+            run(Command::new("node")
+                .current_dir(&root)
+                .env("KILN_DEMO_URL", format!("http://{}/", server.addr))
+                .env("KILN_ARTIFACTS", &artifacts)
+                .args(["--test", "tests/e2e/demo.test.mjs"]))
+        },
+    );
 
     eprintln!("\nxtask test summary:");
     let mut failed = 0;
