@@ -105,41 +105,36 @@ impl<'de> Deserialize<'de> for Prompt {
 
 /// All strings, all ids or all id arrays; `None` when mixed. An empty array is an empty list of texts.
 fn classify(items: Vec<PromptItem>) -> Option<Prompt> {
+    /// `Some` when `pick` accepts every item.
+    fn all<T>(items: Vec<PromptItem>, pick: fn(PromptItem) -> Option<T>) -> Option<Vec<T>> {
+        items.into_iter().map(pick).collect()
+    }
     match items.first() {
         None => Some(Prompt::Texts(Vec::new())),
-        Some(PromptItem::Text(_)) => items
-            .into_iter()
-            .map(|i| {
-                if let PromptItem::Text(t) = i {
-                    Some(t)
-                } else {
-                    None
-                }
-            })
-            .collect::<Option<_>>()
-            .map(Prompt::Texts),
-        Some(PromptItem::Token(_)) => items
-            .into_iter()
-            .map(|i| {
-                if let PromptItem::Token(t) = i {
-                    Some(t)
-                } else {
-                    None
-                }
-            })
-            .collect::<Option<_>>()
-            .map(|ids| Prompt::Tokens(vec![ids])),
-        Some(PromptItem::Tokens(_)) => items
-            .into_iter()
-            .map(|i| {
-                if let PromptItem::Tokens(t) = i {
-                    Some(t)
-                } else {
-                    None
-                }
-            })
-            .collect::<Option<_>>()
-            .map(Prompt::Tokens),
+        Some(PromptItem::Text(_)) => all(items, |i| {
+            if let PromptItem::Text(t) = i {
+                Some(t)
+            } else {
+                None
+            }
+        })
+        .map(Prompt::Texts),
+        Some(PromptItem::Token(_)) => all(items, |i| {
+            if let PromptItem::Token(t) = i {
+                Some(t)
+            } else {
+                None
+            }
+        })
+        .map(|ids| Prompt::Tokens(vec![ids])),
+        Some(PromptItem::Tokens(_)) => all(items, |i| {
+            if let PromptItem::Tokens(t) = i {
+                Some(t)
+            } else {
+                None
+            }
+        })
+        .map(Prompt::Tokens),
     }
 }
 
