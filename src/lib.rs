@@ -6,11 +6,13 @@
 //!
 //! - [`api`]: the OpenAI wire types, their validation, and errors in OpenAI's shape.
 //! - [`engine`]: device selection and the device self-check (later: loading and the generation loop).
-//! - [`model`]: burn building blocks of the Llama-family decoder.
+//! - [`model`]: the Llama-family decoder in burn, its config and KV cache.
+//! - [`loader`]: weights from bytes (safetensors, sharded), mapped from Hugging Face names.
 //! - `wasm` (wasm32 only): the JavaScript facade.
 
 pub mod api;
 pub mod engine;
+pub mod loader;
 pub mod model;
 
 #[cfg(target_arch = "wasm32")]

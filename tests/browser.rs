@@ -1,4 +1,5 @@
-//! The device self-check in headless Chromium: burn on WebGPU, and burn's CPU backend compiled to wasm32.
+//! In headless Chromium: the device self-check and the golden decoder tests, on WebGPU and on burn's CPU
+//! backend compiled to wasm32.
 //! Run by `wasm-pack test --headless --chrome` (see `cargo xtask test`).
 #![cfg(target_arch = "wasm32")]
 
@@ -27,4 +28,26 @@ async fn cpu_backend_in_wasm_matches_the_host() {
     let report = check_device(&device).await.expect("check runs");
     console_log!("CPU (flex, wasm32) check: {report:?}");
     assert!(report.passed, "{report:?}");
+}
+
+mod golden;
+
+#[wasm_bindgen_test]
+async fn golden_models_on_webgpu() {
+    let gpu = device::gpu().await.expect("a WebGPU adapter");
+    for f in golden::fixtures() {
+        let diff = golden::logits_match(&f, &gpu.device).await;
+        console_log!("WebGPU {}: max |logit - golden| = {diff:e}", f.name);
+        golden::greedy_matches(&f, &gpu.device).await;
+        golden::cache_equals_recompute(&f, &gpu.device, 32).await;
+    }
+}
+
+#[wasm_bindgen_test]
+async fn golden_models_on_cpu_in_wasm() {
+    let (device, _) = device::cpu();
+    for f in golden::fixtures() {
+        golden::logits_match(&f, &device).await;
+        golden::greedy_matches(&f, &device).await;
+    }
 }

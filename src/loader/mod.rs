@@ -1,0 +1,143 @@
+//! Weights from bytes: safetensors (single file or sharded), mapped from Hugging Face tensor names to the
+//! decoder's parts. Every tensor is checked against the shape the config implies; a missing, extra or
+//! mis-shaped tensor is an error naming it.
+
+pub mod safetensors;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::model::ModelConfig;
+pub use safetensors::{Safetensors, SafetensorsError, ShardIndex};
+
+/// Weights could not be loaded.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LoadError {
+    #[error(transparent)]
+    File(#[from] SafetensorsError),
+    #[error("tensor `{0}` is missing")]
+    Missing(String),
+    #[error("tensor `{0}` is not part of this model (unexpected in the checkpoint)")]
+    Extra(String),
+    #[error("tensor `{name}` has shape {actual:?}, the config implies {expected:?}")]
+    Shape {
+        name: String,
+        expected: Vec<usize>,
+        actual: Vec<usize>,
+    },
+    #[error(
+        "tensor `{name}` is listed in `model.safetensors.index.json` under shard `{shard}`, which was not given"
+    )]
+    Shard { name: String, shard: String },
+    #[error("`model.safetensors.index.json` does not parse: {0}")]
+    Index(String),
+}
+
+/// A set of safetensors files (one, or the shards of an index) seen as one name → tensor map.
+pub struct Checkpoint<'a> {
+    files: Vec<Safetensors<'a>>,
+    /// Tensor name → index in `files`.
+    owner: BTreeMap<String, usize>,
+    taken: BTreeSet<String>,
+}
+
+impl<'a> Checkpoint<'a> {
+    /// One `model.safetensors`.
+    pub fn single(bytes: &'a [u8]) -> Result<Self, LoadError> {
+        Self::shards(None, vec![("model.safetensors".into(), bytes)])
+    }
+
+    /// Shards by file name, with `model.safetensors.index.json` when there is one (it must then cover
+    /// every tensor and name only given shards).
+    pub fn shards(index: Option<&[u8]>, shards: Vec<(String, &'a [u8])>) -> Result<Self, LoadError> {
+        let mut files = Vec::new();
+        let mut owner = BTreeMap::new();
+        for (i, (name, bytes)) in shards.iter().enumerate() {
+            let file = Safetensors::parse(name, bytes)?;
+            for tensor in file.tensors.keys() {
+                owner.insert(tensor.clone(), i);
+            }
+            files.push(file);
+        }
+        if let Some(index) = index {
+            let index: ShardIndex =
+                serde_json::from_slice(index).map_err(|e| LoadError::Index(e.to_string()))?;
+            for (tensor, shard) in index.weight_map {
+                match shards.iter().position(|(n, _)| *n == shard) {
+                    Some(i) if files[i].tensors.contains_key(&tensor) => {}
+                    Some(_) => return Err(LoadError::Missing(tensor)),
+                    None => return Err(LoadError::Shard { name: tensor, shard }),
+                }
+            }
+        }
+        Ok(Self {
+            files,
+            owner,
+            taken: BTreeSet::new(),
+        })
+    }
+
+    /// Whether the checkpoint holds `name`.
+    pub fn contains(&self, name: &str) -> bool {
+        self.owner.contains_key(name)
+    }
+
+    /// Takes tensor `name` as f32, checking its shape.
+    pub fn take(&mut self, name: &str, expected: &[usize]) -> Result<Vec<f32>, LoadError> {
+        let file = self
+            .owner
+            .get(name)
+            .ok_or_else(|| LoadError::Missing(name.into()))?;
+        let (values, shape) = self.files[*file]
+            .f32(name)
+            .ok_or_else(|| LoadError::Missing(name.into()))??;
+        if shape != expected {
+            return Err(LoadError::Shape {
+                name: name.into(),
+                expected: expected.to_vec(),
+                actual: shape,
+            });
+        }
+        self.taken.insert(name.into());
+        Ok(values)
+    }
+
+    /// The first tensor nobody took, if any. Rotary `inv_freq` buffers of old checkpoints are recomputed
+    /// from the config and so never count as extra.
+    pub fn leftover(&self) -> Option<&str> {
+        self.owner
+            .keys()
+            .find(|n| !self.taken.contains(*n) && !n.ends_with("rotary_emb.inv_freq"))
+            .map(String::as_str)
+    }
+}
+
+/// The shape of each Hugging Face tensor of a Llama-family decoder layer, given the config.
+pub fn layer_shapes(c: &ModelConfig) -> Vec<(&'static str, Vec<usize>)> {
+    let (h, hd, i) = (c.hidden_size, c.head_dim, c.intermediate_size);
+    let (q, kv) = (c.num_heads * hd, c.num_kv_heads * hd);
+    let mut shapes = vec![
+        ("input_layernorm.weight", vec![h]),
+        ("post_attention_layernorm.weight", vec![h]),
+        ("self_attn.q_proj.weight", vec![q, h]),
+        ("self_attn.k_proj.weight", vec![kv, h]),
+        ("self_attn.v_proj.weight", vec![kv, h]),
+        ("self_attn.o_proj.weight", vec![h, q]),
+        ("mlp.gate_proj.weight", vec![i, h]),
+        ("mlp.up_proj.weight", vec![i, h]),
+        ("mlp.down_proj.weight", vec![h, i]),
+    ];
+    if c.qkv_bias {
+        shapes.extend([
+            ("self_attn.q_proj.bias", vec![q]),
+            ("self_attn.k_proj.bias", vec![kv]),
+            ("self_attn.v_proj.bias", vec![kv]),
+        ]);
+    }
+    if c.qk_norm {
+        shapes.extend([
+            ("self_attn.q_norm.weight", vec![hd]),
+            ("self_attn.k_norm.weight", vec![hd]),
+        ]);
+    }
+    shapes
+}

@@ -1,0 +1,322 @@
+//! The Llama-family decoder (Llama 2/3, Mistral, SmolLM2, Qwen2, Qwen3), parameterised by a resolved
+//! [`ModelConfig`], with a preallocated KV cache.
+//!
+//! Shapes: `b` batch, `s` new positions, `t` cached + new positions, `h` hidden size, `H` / `K` query /
+//! key-value heads, `d` head dim, `V` vocabulary.
+
+use burn::tensor::activation::{silu, softmax};
+use burn::tensor::{Device, Int, Tensor, TensorData};
+
+use super::config::ModelConfig;
+use super::norm::rms_norm;
+use crate::loader::{Checkpoint, LoadError, layer_shapes};
+
+/// `y = x Wᵀ + b` with `W` kept transposed: `[in, out]`.
+#[derive(Debug, Clone)]
+struct Linear {
+    weight_t: Tensor<2>,
+    bias: Option<Tensor<1>>,
+}
+
+impl Linear {
+    /// `x: [b, s, in]` → `[b, s, out]`.
+    fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        let [b, s, n] = x.dims();
+        let out = self.weight_t.dims()[1];
+        let y = x
+            .reshape([b * s, n])
+            .matmul(self.weight_t.clone())
+            .reshape([b, s, out]);
+        match &self.bias {
+            Some(bias) => y + bias.clone().unsqueeze::<3>(),
+            None => y,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Layer {
+    input_norm: Tensor<1>,
+    post_attention_norm: Tensor<1>,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    q_norm: Option<Tensor<1>>,
+    k_norm: Option<Tensor<1>>,
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+}
+
+/// Keys and values of every layer for up to `capacity` positions: each `[b, K, capacity, d]`.
+#[derive(Debug, Clone)]
+pub struct KvCache {
+    keys: Vec<Tensor<4>>,
+    values: Vec<Tensor<4>>,
+    /// Positions filled so far.
+    pub len: usize,
+    pub capacity: usize,
+}
+
+/// The decoder's weights on a device.
+#[derive(Debug, Clone)]
+pub struct Decoder {
+    pub config: ModelConfig,
+    device: Device,
+    /// `[V, h]`.
+    embed: Tensor<2>,
+    layers: Vec<Layer>,
+    norm: Tensor<1>,
+    /// `[h, V]`.
+    lm_head_t: Tensor<2>,
+    /// `[max_pos, d / 2]` each.
+    cos: Tensor<2>,
+    sin: Tensor<2>,
+}
+
+/// The decoder could not run.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ForwardError {
+    #[error("the KV cache holds {capacity} positions; {needed} are needed")]
+    CacheFull { capacity: usize, needed: usize },
+    #[error("position {0} is beyond the model's `max_position_embeddings`")]
+    Position(usize),
+    #[error("token id {id} is outside the vocabulary of {vocab}")]
+    Token { id: u32, vocab: usize },
+    #[error("a batch needs rows of equal, non-zero length")]
+    Ragged,
+}
+
+fn tensor<const D: usize>(values: Vec<f32>, shape: [usize; D], device: &Device) -> Tensor<D> {
+    Tensor::from_data(TensorData::new(values, shape), device)
+}
+
+impl Decoder {
+    /// Builds the decoder from a checkpoint with Hugging Face tensor names.
+    pub fn load(config: ModelConfig, ckpt: &mut Checkpoint<'_>, device: &Device) -> Result<Self, LoadError> {
+        let c = &config;
+        let (h, v) = (c.hidden_size, c.vocab_size);
+        let take1 = |ckpt: &mut Checkpoint<'_>, name: &str, n: usize| -> Result<Tensor<1>, LoadError> {
+            Ok(tensor(ckpt.take(name, &[n])?, [n], device))
+        };
+        let linear = |ckpt: &mut Checkpoint<'_>,
+                      prefix: &str,
+                      shape: &[usize],
+                      bias: bool|
+         -> Result<Linear, LoadError> {
+            let (out, inp) = (shape[0], shape[1]);
+            let w = tensor(
+                ckpt.take(&format!("{prefix}.weight"), &[out, inp])?,
+                [out, inp],
+                device,
+            );
+            let bias = match bias {
+                true => Some(tensor(
+                    ckpt.take(&format!("{prefix}.bias"), &[out])?,
+                    [out],
+                    device,
+                )),
+                false => None,
+            };
+            Ok(Linear {
+                weight_t: w.transpose(),
+                bias,
+            })
+        };
+        let embed = tensor(ckpt.take("model.embed_tokens.weight", &[v, h])?, [v, h], device);
+        let shapes = layer_shapes(c);
+        let shape = |suffix: &str| {
+            shapes
+                .iter()
+                .find(|(n, _)| *n == suffix)
+                .map(|(_, s)| s.clone())
+                .unwrap_or_default()
+        };
+        let mut layers = Vec::with_capacity(c.num_layers);
+        for i in 0..c.num_layers {
+            let p = format!("model.layers.{i}");
+            let proj = |ckpt: &mut Checkpoint<'_>, name: &str, bias: bool| {
+                linear(
+                    ckpt,
+                    &format!("{p}.{name}"),
+                    &shape(&format!("{name}.weight")),
+                    bias,
+                )
+            };
+            layers.push(Layer {
+                input_norm: take1(ckpt, &format!("{p}.input_layernorm.weight"), h)?,
+                post_attention_norm: take1(ckpt, &format!("{p}.post_attention_layernorm.weight"), h)?,
+                q: proj(ckpt, "self_attn.q_proj", c.qkv_bias)?,
+                k: proj(ckpt, "self_attn.k_proj", c.qkv_bias)?,
+                v: proj(ckpt, "self_attn.v_proj", c.qkv_bias)?,
+                o: proj(ckpt, "self_attn.o_proj", false)?,
+                q_norm: match c.qk_norm {
+                    true => Some(take1(ckpt, &format!("{p}.self_attn.q_norm.weight"), c.head_dim)?),
+                    false => None,
+                },
+                k_norm: match c.qk_norm {
+                    true => Some(take1(ckpt, &format!("{p}.self_attn.k_norm.weight"), c.head_dim)?),
+                    false => None,
+                },
+                gate: proj(ckpt, "mlp.gate_proj", false)?,
+                up: proj(ckpt, "mlp.up_proj", false)?,
+                down: proj(ckpt, "mlp.down_proj", false)?,
+            });
+        }
+        let norm = take1(ckpt, "model.norm.weight", h)?;
+        // Tied embeddings reuse `embed_tokens`; a checkpoint that still carries `lm_head` is honoured.
+        let lm_head_t = if !c.tie_word_embeddings || ckpt.contains("lm_head.weight") {
+            tensor(ckpt.take("lm_head.weight", &[v, h])?, [v, h], device).transpose()
+        } else {
+            embed.clone().transpose()
+        };
+        if let Some(extra) = ckpt.leftover() {
+            return Err(LoadError::Extra(extra.to_owned()));
+        }
+        let half = c.head_dim / 2;
+        let inv_freq = c.inv_freq();
+        let (mut cos, mut sin) = (Vec::new(), Vec::new());
+        for pos in 0..c.max_position_embeddings {
+            for f in &inv_freq {
+                // f32 like transformers: the angle is formed in single precision.
+                let angle = pos as f32 * *f as f32;
+                cos.push(angle.cos());
+                sin.push(angle.sin());
+            }
+        }
+        let max = c.max_position_embeddings;
+        Ok(Self {
+            cos: tensor(cos, [max, half], device),
+            sin: tensor(sin, [max, half], device),
+            config,
+            device: device.clone(),
+            embed,
+            layers,
+            norm,
+            lm_head_t,
+        })
+    }
+
+    /// An empty cache for `batch` sequences of up to `capacity` positions.
+    pub fn new_cache(&self, batch: usize, capacity: usize) -> KvCache {
+        let c = &self.config;
+        let zeros = || Tensor::<4>::zeros([batch, c.num_kv_heads, capacity, c.head_dim], &self.device);
+        KvCache {
+            keys: (0..c.num_layers).map(|_| zeros()).collect(),
+            values: (0..c.num_layers).map(|_| zeros()).collect(),
+            len: 0,
+            capacity,
+        }
+    }
+
+    /// Runs `tokens` (`b` rows of `s` ids) after what `cache` holds, appending to it. Returns logits
+    /// `[b, s, V]` when `all_positions`, else `[b, 1, V]` for the last position.
+    pub fn forward(
+        &self,
+        tokens: &[Vec<u32>],
+        cache: &mut KvCache,
+        all_positions: bool,
+    ) -> Result<Tensor<3>, ForwardError> {
+        let c = &self.config;
+        let (b, s) = (tokens.len(), tokens.first().map_or(0, Vec::len));
+        if s == 0 || tokens.iter().any(|row| row.len() != s) {
+            return Err(ForwardError::Ragged);
+        }
+        if let Some(&id) = tokens.iter().flatten().find(|&&id| id as usize >= c.vocab_size) {
+            return Err(ForwardError::Token {
+                id,
+                vocab: c.vocab_size,
+            });
+        }
+        let (pos, t) = (cache.len, cache.len + s);
+        if t > cache.capacity {
+            return Err(ForwardError::CacheFull {
+                capacity: cache.capacity,
+                needed: t,
+            });
+        }
+        if t > c.max_position_embeddings {
+            return Err(ForwardError::Position(t - 1));
+        }
+        let ids: Vec<i64> = tokens.iter().flatten().map(|&id| i64::from(id)).collect();
+        let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [b, s]), &self.device);
+        let mut x = burn::tensor::module::embedding(self.embed.clone(), ids); // [b, s, h]
+        let cos = self.cos.clone().narrow(0, pos, s).unsqueeze::<4>(); // [1, 1, s, d/2]
+        let sin = self.sin.clone().narrow(0, pos, s).unsqueeze::<4>();
+        // Additive causal mask [1, 1, s, t]: query i (absolute pos + i) sees keys 0..=pos + i.
+        let mask = (s > 1).then(|| {
+            let m: Vec<f32> = (0..s)
+                .flat_map(|i| (0..t).map(move |j| if j > pos + i { f32::NEG_INFINITY } else { 0.0 }))
+                .collect();
+            tensor(m, [s, t], &self.device).unsqueeze::<4>()
+        });
+        for (layer, (keys, values)) in self
+            .layers
+            .iter()
+            .zip(cache.keys.iter_mut().zip(cache.values.iter_mut()))
+        {
+            let residual = x.clone();
+            let hn = rms_norm(x, layer.input_norm.clone(), c.rms_norm_eps);
+            let heads = |y: Tensor<3>, n: usize| y.reshape([b, s, n, c.head_dim]).swap_dims(1, 2); // [b, n, s, d]
+            let mut q = heads(layer.q.forward(hn.clone()), c.num_heads);
+            let mut k = heads(layer.k.forward(hn.clone()), c.num_kv_heads);
+            let v = heads(layer.v.forward(hn), c.num_kv_heads);
+            if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+                q = rms_norm(q, qn.clone(), c.rms_norm_eps);
+                k = rms_norm(k, kn.clone(), c.rms_norm_eps);
+            }
+            let q = rope(q, &cos, &sin);
+            let k = rope(k, &cos, &sin);
+            let (kv, d) = (c.num_kv_heads, c.head_dim);
+            *keys = keys.clone().slice_assign([0..b, 0..kv, pos..t, 0..d], k);
+            *values = values.clone().slice_assign([0..b, 0..kv, pos..t, 0..d], v);
+            let group = c.num_heads / kv;
+            let expand = |cached: &Tensor<4>| {
+                cached
+                    .clone()
+                    .narrow(2, 0, t)
+                    .reshape([b, kv, 1, t, d])
+                    .expand([b, kv, group, t, d])
+                    .reshape([b, c.num_heads, t, d])
+            };
+            let scores = q
+                .matmul(expand(keys).swap_dims(2, 3))
+                .div_scalar((d as f64).sqrt()); // [b, H, s, t]
+            let scores = match &mask {
+                Some(m) => scores + m.clone(),
+                None => scores,
+            };
+            let attn = softmax(scores, 3).matmul(expand(values)); // [b, H, s, d]
+            let attn = attn.swap_dims(1, 2).reshape([b, s, c.num_heads * d]);
+            x = residual + layer.o.forward(attn);
+            let residual = x.clone();
+            let hn = rms_norm(x, layer.post_attention_norm.clone(), c.rms_norm_eps);
+            let mlp = layer
+                .down
+                .forward(silu(layer.gate.forward(hn.clone())) * layer.up.forward(hn));
+            x = residual + mlp;
+        }
+        cache.len = t;
+        let x = if all_positions { x } else { x.narrow(1, s - 1, 1) };
+        let x = rms_norm(x, self.norm.clone(), c.rms_norm_eps);
+        let n = x.dims()[1];
+        Ok(x.reshape([b * n, c.hidden_size])
+            .matmul(self.lm_head_t.clone())
+            .reshape([b, n, c.vocab_size]))
+    }
+}
+
+/// Rotate-half rope: `x: [b, n, s, d]`, `cos`/`sin: [1, 1, s, d/2]`.
+fn rope(x: Tensor<4>, cos: &Tensor<4>, sin: &Tensor<4>) -> Tensor<4> {
+    let half = x.dims()[3] / 2;
+    let x1 = x.clone().narrow(3, 0, half);
+    let x2 = x.narrow(3, half, half);
+    Tensor::cat(
+        vec![
+            x1.clone() * cos.clone() - x2.clone() * sin.clone(),
+            x2 * cos.clone() + x1 * sin.clone(),
+        ],
+        3,
+    )
+}

@@ -1,0 +1,144 @@
+//! Golden checks of the decoder against transformers, shared by the native tests (`model_golden.rs`, CPU
+//! backend) and the browser tests (`browser.rs`, WebGPU). The fixtures are tiny random models written by
+//! `tests/fixtures/make_golden.py`: Llama (f32, llama3 rope scaling, tied embeddings), Qwen2 (bf16, q/k/v
+//! biases) and Qwen3 (f16, q/k norms, head_dim ≠ hidden/heads), all with GQA.
+
+use burn::tensor::{Device, Tensor};
+use kiln::loader::Checkpoint;
+use kiln::model::{Decoder, ModelConfig};
+use serde::Deserialize;
+
+/// Logits must match transformers' within this max-abs difference.
+pub const LOGITS_TOLERANCE: f32 = 1e-3;
+
+pub struct Fixture {
+    pub name: &'static str,
+    pub config: &'static [u8],
+    pub weights: &'static [u8],
+    pub golden: &'static str,
+}
+
+macro_rules! fixture {
+    ($name:literal) => {
+        Fixture {
+            name: $name,
+            config: include_bytes!(concat!("../fixtures/golden/", $name, "/config.json")),
+            weights: include_bytes!(concat!("../fixtures/golden/", $name, "/model.safetensors")),
+            golden: include_str!(concat!("../fixtures/golden/", $name, "/golden.json")),
+        }
+    };
+}
+
+pub fn fixtures() -> [Fixture; 3] {
+    [fixture!("llama"), fixture!("qwen2"), fixture!("qwen3")]
+}
+
+#[derive(Deserialize)]
+pub struct Golden {
+    pub prompt_ids: Vec<u32>,
+    /// `[prompt_len][vocab]`.
+    pub logits: Vec<Vec<f32>>,
+    pub greedy_ids: Vec<u32>,
+}
+
+pub fn load(f: &Fixture, device: &Device) -> (Decoder, Golden) {
+    let config = ModelConfig::from_json(f.config).unwrap_or_else(|e| panic!("{}: {e}", f.name));
+    let mut ckpt = Checkpoint::single(f.weights).unwrap_or_else(|e| panic!("{}: {e}", f.name));
+    let decoder = Decoder::load(config, &mut ckpt, device).unwrap_or_else(|e| panic!("{}: {e}", f.name));
+    (decoder, serde_json::from_str(f.golden).expect("golden.json"))
+}
+
+async fn read(t: Tensor<3>) -> Vec<f32> {
+    t.into_data_async()
+        .await
+        .expect("read back")
+        .try_to_vec::<f32>()
+        .expect("f32")
+}
+
+fn argmax(row: &[f32]) -> u32 {
+    row.iter()
+        .enumerate()
+        .fold(
+            (0, f32::NEG_INFINITY),
+            |best, (i, &v)| if v > best.1 { (i, v) } else { best },
+        )
+        .0 as u32
+}
+
+/// All-position logits of the prompt within [`LOGITS_TOLERANCE`] of transformers'.
+pub async fn logits_match(f: &Fixture, device: &Device) -> f32 {
+    let (decoder, golden) = load(f, device);
+    let mut cache = decoder.new_cache(1, golden.prompt_ids.len());
+    let logits = decoder
+        .forward(std::slice::from_ref(&golden.prompt_ids), &mut cache, true)
+        .expect("forward");
+    let got = read(logits).await;
+    let want: Vec<f32> = golden.logits.concat();
+    assert_eq!(got.len(), want.len(), "{}: logits size", f.name);
+    let diff = got
+        .iter()
+        .zip(&want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(
+        diff <= LOGITS_TOLERANCE,
+        "{}: max |logit - golden| = {diff}",
+        f.name
+    );
+    diff
+}
+
+/// 64 greedy tokens with the KV cache (prefill, then one-token steps) equal transformers'.
+pub async fn greedy_matches(f: &Fixture, device: &Device) {
+    let (decoder, golden) = load(f, device);
+    let n = golden.greedy_ids.len();
+    let mut cache = decoder.new_cache(1, golden.prompt_ids.len() + n);
+    let mut logits = decoder
+        .forward(std::slice::from_ref(&golden.prompt_ids), &mut cache, false)
+        .expect("prefill");
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let next = argmax(&read(logits).await);
+        out.push(next);
+        logits = decoder
+            .forward(&[vec![next]], &mut cache, false)
+            .expect("decode step");
+    }
+    assert_eq!(out, golden.greedy_ids, "{}: greedy continuation", f.name);
+}
+
+/// At every step of a `steps`-token run, the cached step's logits equal a full recompute of the sequence.
+pub async fn cache_equals_recompute(f: &Fixture, device: &Device, steps: usize) {
+    let (decoder, golden) = load(f, device);
+    let mut seq = golden.prompt_ids.clone();
+    let mut cache = decoder.new_cache(1, seq.len() + steps);
+    let mut cached = read(
+        decoder
+            .forward(&[seq.clone()], &mut cache, false)
+            .expect("prefill"),
+    )
+    .await;
+    for step in 0..steps {
+        let mut fresh_cache = decoder.new_cache(1, seq.len());
+        let full = read(
+            decoder
+                .forward(&[seq.clone()], &mut fresh_cache, false)
+                .expect("recompute"),
+        )
+        .await;
+        let diff = cached
+            .iter()
+            .zip(&full)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(
+            diff <= 1e-4,
+            "{}: step {step}: cached vs recomputed logits differ by {diff}",
+            f.name
+        );
+        let next = argmax(&cached);
+        seq.push(next);
+        cached = read(decoder.forward(&[vec![next]], &mut cache, false).expect("step")).await;
+    }
+}
