@@ -89,3 +89,106 @@ fn replace(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
     out[at..at + from.len()].copy_from_slice(to);
     out
 }
+
+/// Writes a safetensors file holding `tensors` (name → raw bytes, dtype, shape).
+fn write_safetensors(tensors: &[(String, &[u8], String, Vec<usize>)]) -> Vec<u8> {
+    let mut header = serde_json::Map::new();
+    let mut data = Vec::new();
+    for (name, bytes, dtype, shape) in tensors {
+        let start = data.len();
+        data.extend_from_slice(bytes);
+        header.insert(
+            name.clone(),
+            serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [start, data.len()]}),
+        );
+    }
+    let header = serde_json::to_vec(&serde_json::Value::Object(header)).unwrap();
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend(header);
+    out.extend(data);
+    out
+}
+
+/// The tensors of a fixture's checkpoint as (name, bytes, dtype, shape).
+fn tensors_of(weights: &[u8]) -> Vec<(String, &[u8], String, Vec<usize>)> {
+    let len = u64::from_le_bytes(weights[..8].try_into().unwrap()) as usize;
+    let parsed = kiln::loader::Safetensors::parse("model.safetensors", weights).unwrap();
+    let data = &weights[8 + len..];
+    parsed
+        .tensors
+        .iter()
+        .map(|(name, t)| {
+            (
+                name.clone(),
+                &data[t.start..t.end],
+                t.dtype.clone(),
+                t.shape.clone(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn sharded_checkpoint_loads_like_the_single_file() {
+    let f = &fixtures()[2];
+    let tensors = tensors_of(f.weights);
+    let (first, second) = tensors.split_at(tensors.len() / 2);
+    let shards = [write_safetensors(first), write_safetensors(second)];
+    let names = [
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+    ];
+    let weight_map: serde_json::Map<_, _> = [(first, names[0]), (second, names[1])]
+        .iter()
+        .flat_map(|(part, file)| part.iter().map(move |t| (t.0.clone(), serde_json::json!(file))))
+        .collect();
+    let index = serde_json::to_vec(&serde_json::json!({"metadata": {}, "weight_map": weight_map})).unwrap();
+    let given = || {
+        names
+            .iter()
+            .zip(&shards)
+            .map(|(n, b)| (n.to_string(), b.as_slice()))
+            .collect::<Vec<_>>()
+    };
+
+    let config = ModelConfig::from_json(f.config).unwrap();
+    let mut ckpt = Checkpoint::shards(Some(&index), given()).unwrap();
+    let sharded = Decoder::load(config.clone(), &mut ckpt, &Device::flex()).unwrap();
+    let (single, golden) = golden::load(f, &Device::flex());
+    let run = |d: &Decoder| {
+        let mut cache = d.new_cache(1, golden.prompt_ids.len());
+        let t = d
+            .forward(std::slice::from_ref(&golden.prompt_ids), &mut cache, false)
+            .unwrap();
+        pollster::block_on(t.into_data_async())
+            .unwrap()
+            .try_to_vec::<f32>()
+            .unwrap()
+    };
+    assert_eq!(run(&sharded), run(&single));
+
+    // The index naming a shard that was not given.
+    let e = Checkpoint::shards(Some(&index), given()[..1].to_vec())
+        .err()
+        .expect("missing shard");
+    assert!(matches!(e, LoadError::Shard { .. }), "{e}");
+    assert!(e.to_string().contains(names[1]), "{e}");
+}
+
+#[test]
+fn extra_tensor_is_an_error() {
+    let f = &fixtures()[0];
+    let mut tensors = tensors_of(f.weights);
+    let stray = [0u8; 8];
+    tensors.push((
+        "model.layers.9.mlp.gate_proj.weight".into(),
+        &stray,
+        "F32".into(),
+        vec![2],
+    ));
+    let e = load(f.config, &write_safetensors(&tensors)).unwrap_err();
+    assert!(
+        e.contains("`model.layers.9.mlp.gate_proj.weight` is not part of this model"),
+        "{e}"
+    );
+}

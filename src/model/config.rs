@@ -249,3 +249,77 @@ impl ModelConfig {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#""vocab_size": 32, "hidden_size": 64, "intermediate_size": 8, "num_hidden_layers": 1,
+        "num_attention_heads": 4"#;
+
+    fn parse(extra: &str) -> Result<ModelConfig, ConfigError> {
+        ModelConfig::from_json(format!("{{{BASE}, {extra}}}").as_bytes())
+    }
+
+    #[test]
+    fn transformers_4_and_5_rope_forms_resolve_alike() {
+        let v4 = parse(
+            r#""architectures": ["LlamaForCausalLM"], "rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3",
+            "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}"#,
+        )
+        .unwrap();
+        let v5 = parse(
+            r#""architectures": ["LlamaForCausalLM"], "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0,
+            "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}"#,
+        )
+        .unwrap();
+        assert_eq!(v4, v5);
+        assert_eq!(v4.rope_theta, 500000.0);
+        assert_eq!(v4.rope_scaling.unwrap().factor, 32.0);
+        // Llama 2 style `{"type": "linear"}` is not implemented and says so.
+        let e =
+            parse(r#""model_type": "llama", "rope_scaling": {"type": "linear", "factor": 2.0}"#).unwrap_err();
+        assert!(e.to_string().contains("linear"), "{e}");
+    }
+
+    #[test]
+    fn defaults_and_architecture_features() {
+        let q2 = parse(r#""architectures": ["Qwen2ForCausalLM"], "num_key_value_heads": 2"#).unwrap();
+        assert_eq!(
+            (q2.arch, q2.head_dim, q2.num_kv_heads, q2.qkv_bias, q2.qk_norm),
+            (Arch::Qwen2, 16, 2, true, false)
+        );
+        assert_eq!((q2.rope_theta, q2.tie_word_embeddings), (10_000.0, false));
+        let q3 = parse(r#""model_type": "qwen3", "head_dim": 32"#).unwrap();
+        assert_eq!(
+            (q3.arch, q3.head_dim, q3.qk_norm, q3.num_kv_heads),
+            (Arch::Qwen3, 32, true, 4)
+        );
+        let m = parse(r#""architectures": ["MistralForCausalLM"], "attention_bias": true"#).unwrap();
+        assert!(m.qkv_bias && m.arch == Arch::Mistral);
+        let e = parse(r#""model_type": "llama", "num_key_value_heads": 3"#).unwrap_err();
+        assert!(e.to_string().contains("num_key_value_heads"), "{e}");
+    }
+
+    #[test]
+    fn llama3_scaling_keeps_high_divides_low_and_smooths_between() {
+        let c = parse(
+            r#""model_type": "llama", "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0,
+            "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}"#,
+        )
+        .unwrap();
+        let plain = ModelConfig {
+            rope_scaling: None,
+            ..c.clone()
+        };
+        let ratios: Vec<f64> = plain
+            .inv_freq()
+            .iter()
+            .zip(c.inv_freq())
+            .map(|(p, s)| p / s)
+            .collect();
+        assert!((ratios[0] - 1.0).abs() < 1e-12, "{ratios:?}");
+        assert!(ratios[1] > 1.0 && ratios[1] < 8.0, "{ratios:?}");
+        assert!(ratios[2..].iter().all(|r| (r - 8.0).abs() < 1e-9), "{ratios:?}");
+    }
+}
