@@ -176,6 +176,55 @@ fn sharded_checkpoint_loads_like_the_single_file() {
 }
 
 #[test]
+fn batched_prefill_matches_single_rows() {
+    let f = &fixtures()[1];
+    let (decoder, golden) = golden::load(f, &Device::flex());
+    let prompt = golden.prompt_ids.clone();
+    let other: Vec<u32> = prompt.iter().rev().copied().collect();
+    let read = |t: burn::tensor::Tensor<3>| {
+        pollster::block_on(t.into_data_async())
+            .unwrap()
+            .try_to_vec::<f32>()
+            .unwrap()
+    };
+    let one = |row: &Vec<u32>| {
+        let mut cache = decoder.new_cache(1, row.len() + 1);
+        let first = read(
+            decoder
+                .forward(std::slice::from_ref(row), &mut cache, false)
+                .unwrap(),
+        );
+        (
+            first,
+            read(decoder.forward(&[vec![7]], &mut cache, false).unwrap()),
+        )
+    };
+    let mut cache = decoder.new_cache(2, prompt.len() + 1);
+    let both = read(
+        decoder
+            .forward(&[prompt.clone(), other.clone()], &mut cache, false)
+            .unwrap(),
+    );
+    let step = read(decoder.forward(&[vec![7], vec![7]], &mut cache, false).unwrap());
+    let close = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-4);
+    let v = decoder.config.vocab_size;
+    let (p0, s0) = one(&prompt);
+    let (p1, s1) = one(&other);
+    assert!(
+        close(&both[..v], &p0) && close(&both[v..], &p1),
+        "prefill rows differ"
+    );
+    assert!(
+        close(&step[..v], &s0) && close(&step[v..], &s1),
+        "decode-step rows differ"
+    );
+    assert!(
+        !close(&p0, &p1),
+        "the two prompts must give different logits for this test to mean anything"
+    );
+}
+
+#[test]
 fn extra_tensor_is_an_error() {
     let f = &fixtures()[0];
     let mut tensors = tensors_of(f.weights);

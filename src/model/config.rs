@@ -63,6 +63,12 @@ struct HfConfig {
     tie_word_embeddings: Option<bool>,
     #[serde(default)]
     attention_bias: Option<bool>,
+    /// Mistral v0.1's sliding attention window; Qwen2 configs carry one too, switched off by
+    /// `use_sliding_window: false`.
+    #[serde(default)]
+    sliding_window: Option<usize>,
+    #[serde(default)]
+    use_sliding_window: Option<bool>,
 }
 
 fn default_eps() -> f64 {
@@ -122,6 +128,7 @@ pub struct ModelConfig {
     pub rms_norm_eps: f64,
     pub rope_theta: f64,
     pub rope_scaling: Option<Llama3Scaling>,
+    /// The usable context: `max_position_embeddings`, bounded by an active `sliding_window`.
     pub max_position_embeddings: usize,
     pub tie_word_embeddings: bool,
     /// q/k/v projections carry biases (Qwen2, or `attention_bias`).
@@ -203,6 +210,12 @@ impl ModelConfig {
                 });
             }
         };
+        // The decoder attends to the whole context. Within a sliding window that is the same computation, so
+        // an active window bounds the usable context instead of being ignored.
+        let window = c.sliding_window.filter(|_| c.use_sliding_window.unwrap_or(true));
+        let max_position_embeddings = positive("max_position_embeddings", c.max_position_embeddings)?;
+        let max_position_embeddings =
+            window.map_or(max_position_embeddings, |w| w.min(max_position_embeddings));
         Ok(Self {
             arch,
             vocab_size: positive("vocab_size", c.vocab_size)?,
@@ -215,7 +228,7 @@ impl ModelConfig {
             rms_norm_eps: c.rms_norm_eps,
             rope_theta,
             rope_scaling,
-            max_position_embeddings: positive("max_position_embeddings", c.max_position_embeddings)?,
+            max_position_embeddings: positive("max_position_embeddings", max_position_embeddings)?,
             tie_word_embeddings: c.tie_word_embeddings.unwrap_or(false),
             qkv_bias: arch == Arch::Qwen2 || c.attention_bias.unwrap_or(false),
             qk_norm: arch == Arch::Qwen3,
@@ -295,8 +308,19 @@ mod tests {
             (q3.arch, q3.head_dim, q3.qk_norm, q3.num_kv_heads),
             (Arch::Qwen3, 32, true, 4)
         );
-        let m = parse(r#""architectures": ["MistralForCausalLM"], "attention_bias": true"#).unwrap();
+        let m = parse(
+            r#""architectures": ["MistralForCausalLM"], "attention_bias": true, "sliding_window": 1024,
+            "max_position_embeddings": 32768"#,
+        )
+        .unwrap();
         assert!(m.qkv_bias && m.arch == Arch::Mistral);
+        assert_eq!(
+            m.max_position_embeddings, 1024,
+            "an active sliding window bounds the context"
+        );
+        let q =
+            parse(r#""model_type": "qwen2", "sliding_window": 1024, "use_sliding_window": false"#).unwrap();
+        assert_eq!(q.max_position_embeddings, 2048, "a disabled window does not");
         let e = parse(r#""model_type": "llama", "num_key_value_heads": 3"#).unwrap_err();
         assert!(e.to_string().contains("num_key_value_heads"), "{e}");
     }
