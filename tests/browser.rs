@@ -35,6 +35,7 @@ mod golden;
 #[wasm_bindgen_test]
 async fn golden_models_on_webgpu() {
     let gpu = device::gpu().await.expect("a WebGPU adapter");
+    golden::loading_errors(&gpu.device);
     for f in golden::fixtures() {
         let diff = golden::logits_match(&f, &gpu.device).await;
         console_log!("WebGPU {}: max |logit - golden| = {diff:e}", f.name);

@@ -4,8 +4,8 @@
 //! biases) and Qwen3 (f16, q/k norms, head_dim ≠ hidden/heads), all with GQA.
 
 use burn::tensor::{Device, Tensor};
-use kiln::loader::Checkpoint;
-use kiln::model::{Decoder, ModelConfig};
+use kiln::loader::{Checkpoint, LoadError, SafetensorsError};
+use kiln::model::{ConfigError, Decoder, ModelConfig};
 use serde::Deserialize;
 
 /// Logits must match transformers' within this max-abs difference.
@@ -141,4 +141,67 @@ pub async fn cache_equals_recompute(f: &Fixture, device: &Device, steps: usize) 
         seq.push(next);
         cached = read(decoder.forward(&[vec![next]], &mut cache, false).expect("step")).await;
     }
+}
+
+/// Loads a decoder, with any error as its message.
+pub fn load_result(config: &[u8], weights: &[u8], device: &Device) -> Result<Decoder, String> {
+    let config = ModelConfig::from_json(config).map_err(|e| e.to_string())?;
+    let mut ckpt = Checkpoint::single(weights).map_err(|e| e.to_string())?;
+    Decoder::load(config, &mut ckpt, device).map_err(|e| e.to_string())
+}
+
+/// A truncated file, a missing tensor, a wrong dtype, a mis-shaped tensor and an unsupported architecture
+/// each give an error naming what is wrong (never a panic).
+pub fn loading_errors(device: &Device) {
+    let load = |config: &[u8], weights: &[u8]| load_result(config, weights, device);
+    let f = &fixtures()[0];
+    // Truncated weights.
+    let cut = &f.weights[..f.weights.len() / 2];
+    let e = Checkpoint::single(cut).err().expect("truncated file is refused");
+    assert!(
+        matches!(e, LoadError::File(SafetensorsError::Truncated { .. })),
+        "{e}"
+    );
+    assert!(load(f.config, &f.weights[..4]).unwrap_err().contains("truncated"));
+
+    // A missing tensor: rename one in the header (same length, so offsets stay valid).
+    let renamed = replace(f.weights, b"model.norm.weight", b"model.norm.weighx");
+    let e = load(f.config, &renamed).unwrap_err();
+    assert!(e.contains("`model.norm.weight` is missing"), "{e}");
+
+    // A wrong dtype: the first F32 tag becomes I32.
+    let wrong = replace(f.weights, b"\"F32\"", b"\"I32\"");
+    let e = load(f.config, &wrong).unwrap_err();
+    assert!(e.contains("dtype `I32`"), "{e}");
+
+    // A mis-shaped tensor: the config promises a larger vocabulary than the embedding has.
+    let config = String::from_utf8(f.config.to_vec())
+        .unwrap()
+        .replace("\"vocab_size\": 512", "\"vocab_size\": 513");
+    let e = load(config.as_bytes(), f.weights).unwrap_err();
+    assert!(
+        e.contains("model.embed_tokens.weight") && e.contains("[513, 64]") && e.contains("[512, 64]"),
+        "{e}"
+    );
+
+    // An unsupported architecture lists the supported ones.
+    let e = ModelConfig::from_json(
+        br#"{"architectures": ["GPT2LMHeadModel"], "vocab_size": 1, "hidden_size": 2,
+        "intermediate_size": 2, "num_hidden_layers": 1, "num_attention_heads": 1}"#,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, ConfigError::Unsupported(_)) && e.to_string().contains("Qwen3ForCausalLM"),
+        "{e}"
+    );
+}
+
+fn replace(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    let at = bytes
+        .windows(from.len())
+        .position(|w| w == from)
+        .expect("pattern present");
+    let mut out = bytes.to_vec();
+    out[at..at + from.len()].copy_from_slice(to);
+    out
 }
