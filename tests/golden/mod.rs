@@ -56,6 +56,11 @@ async fn read(t: Tensor<3>) -> Vec<f32> {
         .expect("f32")
 }
 
+/// Largest element-wise `|a - b|`.
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
 fn argmax(row: &[f32]) -> u32 {
     row.iter()
         .enumerate()
@@ -76,11 +81,7 @@ pub async fn logits_match(f: &Fixture, device: &Device) -> f32 {
     let got = read(logits).await;
     let want: Vec<f32> = golden.logits.concat();
     assert_eq!(got.len(), want.len(), "{}: logits size", f.name);
-    let diff = got
-        .iter()
-        .zip(&want)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0f32, f32::max);
+    let diff = max_abs_diff(&got, &want);
     assert!(
         diff <= LOGITS_TOLERANCE,
         "{}: max |logit - golden| = {diff}",
@@ -127,11 +128,7 @@ pub async fn cache_equals_recompute(f: &Fixture, device: &Device, steps: usize) 
                 .expect("recompute"),
         )
         .await;
-        let diff = cached
-            .iter()
-            .zip(&full)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0f32, f32::max);
+        let diff = max_abs_diff(&cached, &full);
         assert!(
             diff <= 1e-4,
             "{}: step {step}: cached vs recomputed logits differ by {diff}",
