@@ -7,7 +7,7 @@
 use kiln::api::request::{
     CallOptions, Content, ContentPart, Prompt, ReasoningEffort, ResponseFormat, ServiceTier,
 };
-use kiln::api::{ModelSpec, parse_chat, parse_completion, validate_chat, validate_completion};
+use kiln::api::{ApiError, ModelSpec, parse_chat, parse_completion, validate_chat, validate_completion};
 use serde_json::{Value, json};
 
 fn spec() -> ModelSpec {
@@ -35,37 +35,37 @@ fn norm(v: &Value) -> Value {
     }
 }
 
-/// Parses `input`, checks it serialises to `canonical`, and that `canonical` parses to the same value.
-fn chat_roundtrip(input: Value, canonical: Value) -> kiln::api::ChatCompletionRequest {
-    let parsed = parse_chat(input.clone()).unwrap_or_else(|e| panic!("{input}: {e:?}"));
+/// Parses `input`, checks it serialises to `canonical`, that `canonical` parses to the same value, and that
+/// the request validates.
+fn roundtrip<T: serde::Serialize + PartialEq + std::fmt::Debug, V>(
+    input: Value,
+    canonical: Value,
+    parse: fn(Value) -> Result<T, ApiError>,
+    validate: fn(&T, &ModelSpec) -> Result<V, ApiError>,
+) -> T {
+    let parsed = parse(input.clone()).unwrap_or_else(|e| panic!("{input}: {e:?}"));
     assert_eq!(
         norm(&serde_json::to_value(&parsed).unwrap()),
         norm(&canonical),
         "canonical form of {input}"
     );
     assert_eq!(
-        parse_chat(canonical.clone()).unwrap(),
+        parse(canonical.clone()).unwrap(),
         parsed,
         "reparse of {canonical}"
     );
-    validate_chat(&parsed, &spec()).unwrap_or_else(|e| panic!("{input} does not validate: {e:?}"));
+    if let Err(e) = validate(&parsed, &spec()) {
+        panic!("{input} does not validate: {e:?}");
+    }
     parsed
 }
 
+fn chat_roundtrip(input: Value, canonical: Value) -> kiln::api::ChatCompletionRequest {
+    roundtrip(input, canonical, parse_chat, validate_chat)
+}
+
 fn completion_roundtrip(input: Value, canonical: Value) -> kiln::api::CompletionRequest {
-    let parsed = parse_completion(input.clone()).unwrap_or_else(|e| panic!("{input}: {e:?}"));
-    assert_eq!(
-        norm(&serde_json::to_value(&parsed).unwrap()),
-        norm(&canonical),
-        "canonical form of {input}"
-    );
-    assert_eq!(
-        parse_completion(canonical.clone()).unwrap(),
-        parsed,
-        "reparse of {canonical}"
-    );
-    validate_completion(&parsed, &spec()).unwrap_or_else(|e| panic!("{input} does not validate: {e:?}"));
-    parsed
+    roundtrip(input, canonical, parse_completion, validate_completion)
 }
 
 #[test]
