@@ -1,19 +1,39 @@
-//! Weights from bytes: safetensors (single file or sharded), mapped from Hugging Face tensor names to the
-//! decoder's parts. Every tensor is checked against the shape the config implies; a missing, extra or
-//! mis-shaped tensor is an error naming it.
+//! Weights from bytes: safetensors (single file or sharded) or one GGUF file, both seen through [`Weights`]
+//! under Hugging Face tensor names. Every tensor is checked against the shape the config implies; a missing,
+//! extra or mis-shaped tensor is an error naming it.
 
+pub mod gguf;
+pub mod gguf_model;
+pub mod quant;
 pub mod safetensors;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::ModelConfig;
+pub use gguf::{Array, Gguf, GgufError, Value};
+pub use gguf_model::GgufWeights;
+pub use quant::GgmlType;
 pub use safetensors::{Safetensors, SafetensorsError, ShardIndex};
+
+/// A checkpoint as the decoder sees it: tensors by Hugging Face name, as row-major f32.
+pub trait Weights {
+    /// Whether the checkpoint holds `name`.
+    fn contains(&self, name: &str) -> bool;
+    /// Takes tensor `name` as f32, checking its shape against `expected`.
+    fn take(&mut self, name: &str, expected: &[usize]) -> Result<Vec<f32>, LoadError>;
+    /// The first tensor nobody took, if any (in the checkpoint's own naming).
+    fn leftover(&self) -> Option<String>;
+}
 
 /// Weights could not be loaded.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LoadError {
     #[error(transparent)]
     File(#[from] SafetensorsError),
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    #[error(transparent)]
+    Config(#[from] crate::model::ConfigError),
     #[error("tensor `{0}` is missing")]
     Missing(String),
     #[error("tensor `{0}` is not part of this model (unexpected in the checkpoint)")]
@@ -75,14 +95,14 @@ impl<'a> Checkpoint<'a> {
             taken: BTreeSet::new(),
         })
     }
+}
 
-    /// Whether the checkpoint holds `name`.
-    pub fn contains(&self, name: &str) -> bool {
+impl Weights for Checkpoint<'_> {
+    fn contains(&self, name: &str) -> bool {
         self.owner.contains_key(name)
     }
 
-    /// Takes tensor `name` as f32, checking its shape.
-    pub fn take(&mut self, name: &str, expected: &[usize]) -> Result<Vec<f32>, LoadError> {
+    fn take(&mut self, name: &str, expected: &[usize]) -> Result<Vec<f32>, LoadError> {
         let file = self
             .owner
             .get(name)
@@ -101,13 +121,13 @@ impl<'a> Checkpoint<'a> {
         Ok(values)
     }
 
-    /// The first tensor nobody took, if any. Rotary `inv_freq` buffers of old checkpoints are recomputed
-    /// from the config and so never count as extra.
-    pub fn leftover(&self) -> Option<&str> {
+    /// Rotary `inv_freq` buffers of old checkpoints are recomputed from the config and so never count as
+    /// extra.
+    fn leftover(&self) -> Option<String> {
         self.owner
             .keys()
             .find(|n| !self.taken.contains(*n) && !n.ends_with("rotary_emb.inv_freq"))
-            .map(String::as_str)
+            .cloned()
     }
 }
 

@@ -21,7 +21,7 @@ pub enum ConfigError {
     Json(String),
     #[error("unsupported `architectures`/`model_type` {0:?}; kiln supports {list}", list = supported_list())]
     Unsupported(String),
-    #[error("`config.json` field `{field}`: {reason}")]
+    #[error("model config field `{field}`: {reason}")]
     Invalid { field: &'static str, reason: String },
 }
 
@@ -34,41 +34,44 @@ fn supported_list() -> String {
 }
 
 /// The mirror of `config.json` (only what the decoder reads; other keys are ignored, as transformers does).
-#[derive(Debug, Clone, Deserialize)]
-struct HfConfig {
+///
+/// GGUF metadata is translated into this same mirror (see `loader::gguf_model`), so both formats resolve
+/// through one function.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub(crate) struct HfConfig {
     #[serde(default)]
-    architectures: Vec<String>,
+    pub(crate) architectures: Vec<String>,
     #[serde(default)]
-    model_type: Option<String>,
-    vocab_size: usize,
-    hidden_size: usize,
-    intermediate_size: usize,
-    num_hidden_layers: usize,
-    num_attention_heads: usize,
+    pub(crate) model_type: Option<String>,
+    pub(crate) vocab_size: usize,
+    pub(crate) hidden_size: usize,
+    pub(crate) intermediate_size: usize,
+    pub(crate) num_hidden_layers: usize,
+    pub(crate) num_attention_heads: usize,
     #[serde(default)]
-    num_key_value_heads: Option<usize>,
+    pub(crate) num_key_value_heads: Option<usize>,
     #[serde(default)]
-    head_dim: Option<usize>,
+    pub(crate) head_dim: Option<usize>,
     #[serde(default = "default_eps")]
-    rms_norm_eps: f64,
+    pub(crate) rms_norm_eps: f64,
     #[serde(default)]
-    rope_theta: Option<f64>,
+    pub(crate) rope_theta: Option<f64>,
     #[serde(default)]
-    rope_scaling: Option<RopeFields>,
+    pub(crate) rope_scaling: Option<RopeFields>,
     #[serde(default)]
-    rope_parameters: Option<RopeFields>,
+    pub(crate) rope_parameters: Option<RopeFields>,
     #[serde(default = "default_max_pos")]
-    max_position_embeddings: usize,
+    pub(crate) max_position_embeddings: usize,
     #[serde(default)]
-    tie_word_embeddings: Option<bool>,
+    pub(crate) tie_word_embeddings: Option<bool>,
     #[serde(default)]
-    attention_bias: Option<bool>,
+    pub(crate) attention_bias: Option<bool>,
     /// Mistral v0.1's sliding attention window; Qwen2 configs carry one too, switched off by
     /// `use_sliding_window: false`.
     #[serde(default)]
-    sliding_window: Option<usize>,
+    pub(crate) sliding_window: Option<usize>,
     #[serde(default)]
-    use_sliding_window: Option<bool>,
+    pub(crate) use_sliding_window: Option<bool>,
 }
 
 fn default_eps() -> f64 {
@@ -81,7 +84,7 @@ fn default_max_pos() -> usize {
 
 /// `rope_scaling` (transformers 4) or `rope_parameters` (transformers 5).
 #[derive(Debug, Clone, Default, Deserialize)]
-struct RopeFields {
+pub(crate) struct RopeFields {
     #[serde(default, alias = "type")]
     rope_type: Option<String>,
     #[serde(default)]
@@ -135,12 +138,20 @@ pub struct ModelConfig {
     pub qkv_bias: bool,
     /// Per-head RMSNorm of q and k before rope (Qwen3).
     pub qk_norm: bool,
+    /// Per-frequency divisors of the rope inverse frequencies, `[head_dim / 2]`: GGUF's `rope_freqs.weight`,
+    /// which llama.cpp's converter writes for Llama 3 scaling instead of the config fields.
+    pub rope_factors: Option<Vec<f64>>,
 }
 
 impl ModelConfig {
     /// Parses and resolves `config.json`.
     pub fn from_json(bytes: &[u8]) -> Result<Self, ConfigError> {
         let c: HfConfig = serde_json::from_slice(bytes).map_err(|e| ConfigError::Json(e.to_string()))?;
+        Self::resolve(c)
+    }
+
+    /// Resolves the mirror: defaults applied, architecture features decided, every size checked.
+    pub(crate) fn resolve(c: HfConfig) -> Result<Self, ConfigError> {
         let name = c
             .architectures
             .first()
@@ -232,6 +243,7 @@ impl ModelConfig {
             tie_word_embeddings: c.tie_word_embeddings.unwrap_or(false),
             qkv_bias: arch == Arch::Qwen2 || c.attention_bias.unwrap_or(false),
             qk_norm: arch == Arch::Qwen3,
+            rope_factors: None,
         })
     }
 
@@ -241,6 +253,9 @@ impl ModelConfig {
         (0..half)
             .map(|i| {
                 let f = 1.0 / self.rope_theta.powf(2.0 * i as f64 / self.head_dim as f64);
+                if let Some(factor) = self.rope_factors.as_ref().and_then(|r| r.get(i)) {
+                    return f / factor;
+                }
                 match self.rope_scaling {
                     None => f,
                     Some(s) => {

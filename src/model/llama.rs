@@ -9,7 +9,7 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use super::config::ModelConfig;
 use super::norm::rms_norm;
-use crate::loader::{Checkpoint, LoadError, layer_shapes};
+use crate::loader::{LoadError, Weights, layer_shapes};
 
 /// `y = x Wᵀ + b` with `W` kept transposed: `[in, out]`.
 #[derive(Debug, Clone)]
@@ -93,14 +93,14 @@ fn tensor<const D: usize>(values: Vec<f32>, shape: [usize; D], device: &Device) 
 }
 
 impl Decoder {
-    /// Builds the decoder from a checkpoint with Hugging Face tensor names.
-    pub fn load(config: ModelConfig, ckpt: &mut Checkpoint<'_>, device: &Device) -> Result<Self, LoadError> {
+    /// Builds the decoder from a checkpoint (safetensors or GGUF) seen under Hugging Face tensor names.
+    pub fn load(config: ModelConfig, ckpt: &mut dyn Weights, device: &Device) -> Result<Self, LoadError> {
         let c = &config;
         let (h, v) = (c.hidden_size, c.vocab_size);
-        let take1 = |ckpt: &mut Checkpoint<'_>, name: &str, n: usize| -> Result<Tensor<1>, LoadError> {
+        let take1 = |ckpt: &mut dyn Weights, name: &str, n: usize| -> Result<Tensor<1>, LoadError> {
             Ok(tensor(ckpt.take(name, &[n])?, [n], device))
         };
-        let linear = |ckpt: &mut Checkpoint<'_>,
+        let linear = |ckpt: &mut dyn Weights,
                       prefix: &str,
                       shape: &[usize],
                       bias: bool|
@@ -136,7 +136,7 @@ impl Decoder {
         let mut layers = Vec::with_capacity(c.num_layers);
         for i in 0..c.num_layers {
             let p = format!("model.layers.{i}");
-            let proj = |ckpt: &mut Checkpoint<'_>, name: &str, bias: bool| {
+            let proj = |ckpt: &mut dyn Weights, name: &str, bias: bool| {
                 linear(
                     ckpt,
                     &format!("{p}.{name}"),
@@ -172,7 +172,7 @@ impl Decoder {
             embed.clone().transpose()
         };
         if let Some(extra) = ckpt.leftover() {
-            return Err(LoadError::Extra(extra.to_owned()));
+            return Err(LoadError::Extra(extra));
         }
         let half = c.head_dim / 2;
         let inv_freq = c.inv_freq();

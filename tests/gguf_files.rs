@@ -1,0 +1,253 @@
+//! GGUF files: the tiny quantised Llama fixture (`tests/fixtures/make_gguf.py`, Q8_0/Q4_0/Q4_1/F16/BF16
+//! tensors) loads and its logits match transformers run on the dequantised weights; corrupted files give
+//! errors, never a panic or an allocation larger than 3× the file.
+#![cfg(not(target_arch = "wasm32"))]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use burn::tensor::Device;
+use kiln::loader::{GgmlType, Gguf, GgufError, GgufWeights, gguf_model};
+use kiln::model::Decoder;
+use serde::Deserialize;
+
+/// Tracks the largest single allocation made by a thread while it has tracking on.
+struct Tracking;
+
+thread_local! {
+    static TRACK: Cell<bool> = const { Cell::new(false) };
+    static LARGEST: Cell<usize> = const { Cell::new(0) };
+}
+
+unsafe impl GlobalAlloc for Tracking {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if TRACK.with(Cell::get) {
+            LARGEST.with(|l| l.set(l.get().max(layout.size())));
+        }
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if TRACK.with(Cell::get) {
+            LARGEST.with(|l| l.set(l.get().max(new_size)));
+        }
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Tracking = Tracking;
+
+/// Parses `bytes`, returning the result and the largest single allocation the parse made.
+fn parse_tracked(bytes: &[u8]) -> (Result<usize, GgufError>, usize) {
+    LARGEST.with(|l| l.set(0));
+    TRACK.with(|t| t.set(true));
+    let result = Gguf::parse(bytes).map(|g| g.tensors.len());
+    TRACK.with(|t| t.set(false));
+    (result, LARGEST.with(Cell::get))
+}
+
+const TINY: &[u8] = include_bytes!("fixtures/gguf/tiny-llama.gguf");
+const TINY_GOLDEN: &str = include_str!("fixtures/gguf/tiny-llama.golden.json");
+const TINY_QWEN2: &[u8] = include_bytes!("fixtures/gguf/tiny-qwen2.gguf");
+const TINY_QWEN2_GOLDEN: &str = include_str!("fixtures/gguf/tiny-qwen2.golden.json");
+
+/// Logits of the quantised model must match the dequantised reference within this max-abs difference
+/// (the same f32 computation, so only summation order differs).
+const TOLERANCE: f32 = 1e-3;
+
+#[derive(Deserialize)]
+struct Golden {
+    prompt_ids: Vec<u32>,
+    logits: Vec<Vec<f32>>,
+    greedy_ids: Vec<u32>,
+    /// How far quantisation moved the logits from the unquantised model's (recorded by the generator).
+    max_abs_diff_vs_unquantized: f32,
+}
+
+fn load(bytes: &[u8]) -> Decoder {
+    let g = Gguf::parse(bytes).expect("the fixture parses");
+    let config = gguf_model::config(&g).expect("config from metadata");
+    let mut weights = GgufWeights::new(&g, &config).expect("weights");
+    Decoder::load(config, &mut weights, &Device::flex()).expect("decoder loads")
+}
+
+fn check_logits(bytes: &[u8], golden: &str, name: &str) {
+    let golden: Golden = serde_json::from_str(golden).expect("golden json");
+    assert!(
+        golden.max_abs_diff_vs_unquantized > 10.0 * TOLERANCE,
+        "{name}: the fixture must be quantised enough to tell a quantised load from the original"
+    );
+    let decoder = load(bytes);
+    let mut cache = decoder.new_cache(1, golden.prompt_ids.len() + golden.greedy_ids.len());
+    let logits = decoder
+        .forward(std::slice::from_ref(&golden.prompt_ids), &mut cache, true)
+        .expect("forward");
+    let got = logits.into_data().try_into_vec::<f32>().expect("f32");
+    let want = golden.logits.concat();
+    assert_eq!(got.len(), want.len());
+    let diff = got
+        .iter()
+        .zip(&want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max);
+    eprintln!("{name}: max |logit - dequantised reference| = {diff:e}");
+    assert!(diff <= TOLERANCE, "{name}: logits differ by {diff}");
+    let prompt = golden.prompt_ids.clone();
+    let out = pollster::block_on(kiln::engine::generate::greedy(
+        &decoder,
+        &prompt,
+        golden.greedy_ids.len(),
+        &[],
+    ))
+    .expect("greedy");
+    assert_eq!(out, golden.greedy_ids, "{name}: greedy continuation");
+}
+
+#[test]
+fn tiny_llama_gguf_matches_the_dequantised_reference() {
+    let g = Gguf::parse(TINY).unwrap();
+    let types: Vec<GgmlType> = g.tensors.iter().map(|(_, t)| t.ty).collect();
+    for ty in [
+        GgmlType::Q8_0,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::F16,
+        GgmlType::BF16,
+    ] {
+        assert!(types.contains(&ty), "the fixture holds a {ty:?} tensor");
+    }
+    check_logits(TINY, TINY_GOLDEN, "tiny-llama.gguf");
+}
+
+#[test]
+fn tiny_qwen2_gguf_matches_the_dequantised_reference() {
+    check_logits(TINY_QWEN2, TINY_QWEN2_GOLDEN, "tiny-qwen2.gguf");
+}
+
+#[test]
+fn metadata_resolves_like_config_json() {
+    let from_gguf = gguf_model::config(&Gguf::parse(TINY).unwrap()).unwrap();
+    let from_json =
+        kiln::model::ModelConfig::from_json(include_bytes!("fixtures/golden/llama/config.json")).unwrap();
+    // GGUF carries Llama 3 rope scaling as precomputed per-frequency factors (`rope_freqs.weight`).
+    let (a, b) = (from_gguf.inv_freq(), from_json.inv_freq());
+    let rel = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| ((x - y) / y).abs())
+        .fold(0.0, f64::max);
+    assert!(rel < 1e-6, "inv_freq differ by {rel}");
+    // GGUF stores the epsilon as f32.
+    assert_eq!(from_gguf.rms_norm_eps as f32, from_json.rms_norm_eps as f32);
+    let strip = |c: kiln::model::ModelConfig| kiln::model::ModelConfig {
+        rope_scaling: None,
+        rope_factors: None,
+        rms_norm_eps: 0.0,
+        ..c
+    };
+    assert_eq!(strip(from_gguf), strip(from_json));
+}
+
+/// Offsets of interesting places in a GGUF header: after the counts, and each tensor info's type field.
+fn tensor_type_offsets(bytes: &[u8], g: &Gguf<'_>) -> Vec<usize> {
+    g.tensors
+        .iter()
+        .map(|(name, info)| {
+            let mut needle = (name.len() as u64).to_le_bytes().to_vec();
+            needle.extend(name.as_bytes());
+            needle.extend((info.dims.len() as u32).to_le_bytes());
+            let at = bytes
+                .windows(needle.len())
+                .position(|w| w == needle)
+                .expect("tensor info found");
+            at + needle.len() + 8 * info.dims.len()
+        })
+        .collect()
+}
+
+#[test]
+fn corrupt_files_are_errors_without_panics_or_huge_allocations() {
+    let g = Gguf::parse(TINY).unwrap();
+    let header_end = g.tensors.iter().map(|(_, t)| t.start).min().unwrap();
+    // String arrays take up to 3× their file bytes in memory (see `loader::gguf`).
+    let limit = 3 * TINY.len();
+    let mut checked = 0;
+    let mut expect_error = |bytes: &[u8], what: &str| {
+        let (result, largest) = parse_tracked(bytes);
+        assert!(result.is_err(), "{what}: parsed");
+        assert!(
+            largest <= limit,
+            "{what}: allocated {largest} bytes for a {limit}-byte file"
+        );
+        checked += 1;
+    };
+    // Truncated at every byte of the header, and in the data of every tensor.
+    for cut in 0..header_end {
+        expect_error(&TINY[..cut], &format!("cut at {cut}"));
+    }
+    for (name, t) in &g.tensors {
+        expect_error(&TINY[..t.end - 1], &format!("cut in `{name}`"));
+    }
+    // Wrong magic and versions.
+    let mut bad = TINY.to_vec();
+    bad[..4].copy_from_slice(b"GGML");
+    assert!(matches!(Gguf::parse(&bad), Err(GgufError::Magic(_))));
+    for v in [0u32, 1, 4, u32::MAX] {
+        let mut bad = TINY.to_vec();
+        bad[4..8].copy_from_slice(&v.to_le_bytes());
+        assert!(
+            matches!(Gguf::parse(&bad), Err(GgufError::Version(x)) if x == v),
+            "version {v}"
+        );
+    }
+    // An unknown tensor type (Q4_K = 12 is not read yet; 1000 does not exist).
+    let at = tensor_type_offsets(TINY, &g)[0];
+    for ty in [12u32, 1000] {
+        let mut bad = TINY.to_vec();
+        bad[at..at + 4].copy_from_slice(&ty.to_le_bytes());
+        match Gguf::parse(&bad) {
+            Err(e @ GgufError::UnsupportedType { .. }) => {
+                assert!(e.to_string().contains(&format!("`{}`", g.tensors[0].0)), "{e}")
+            }
+            other => panic!("type {ty}: {:?}", other.map(|g| g.tensors.len())),
+        }
+    }
+    // Absurd counts, lengths, dimensions and offsets: every 8-byte window of the header overwritten with
+    // huge values. Any result is acceptable except a panic or a huge allocation; most must be errors.
+    let mut errors = 0;
+    for at in 8..header_end.saturating_sub(8) {
+        for v in [u64::MAX, 1 << 62, 1 << 40, u32::MAX as u64] {
+            let mut bad = TINY.to_vec();
+            bad[at..at + 8].copy_from_slice(&v.to_le_bytes());
+            let (result, largest) = parse_tracked(&bad);
+            assert!(largest <= limit, "u64 {v:#x} at {at}: allocated {largest} bytes");
+            errors += usize::from(result.is_err());
+        }
+    }
+    assert!(errors > 0);
+    eprintln!("{checked} truncations and {errors} absurd-value corruptions refused");
+}
+
+#[test]
+fn unsupported_architecture_and_missing_metadata_are_named() {
+    let g = Gguf::parse(TINY).unwrap();
+    // Rename the architecture value `llama` → `llamb` (same length, offsets unchanged).
+    let mut bad = TINY.to_vec();
+    let key = b"general.architecture";
+    let at = bad.windows(key.len()).position(|w| w == key).unwrap() + key.len() + 4 + 8;
+    assert_eq!(&bad[at..at + 5], b"llama");
+    bad[at + 4] = b'b';
+    let e = gguf_model::config(&Gguf::parse(&bad).unwrap()).unwrap_err();
+    assert!(e.to_string().contains("llamb"), "{e}");
+    // Rename a required key.
+    let mut bad = TINY.to_vec();
+    let key = b"llama.block_count";
+    let at = bad.windows(key.len()).position(|w| w == key).unwrap();
+    bad[at + key.len() - 1] = b'X';
+    let e = gguf_model::config(&Gguf::parse(&bad).unwrap()).unwrap_err();
+    assert!(e.to_string().contains("`llama.block_count`"), "{e}");
+    assert!(g.get("llama.block_count").is_some());
+}
