@@ -5,15 +5,18 @@
 //! about JavaScript.
 //!
 //! - [`api`]: the OpenAI wire types, their validation, and errors in OpenAI's shape.
-//! - [`engine`]: device selection and the device self-check (later: loading and the generation loop).
+//! - [`engine`]: device selection, loading a model from bytes, and the generation loop.
 //! - [`model`]: the Llama-family decoder in burn, its config and KV cache.
-//! - [`loader`]: weights from bytes (safetensors, sharded), mapped from Hugging Face names.
+//! - [`loader`]: weights from bytes (safetensors, sharded; GGUF with its quantised types), under Hugging Face
+//!   names.
+//! - [`tokenizer`]: tokenizers (from `tokenizer.json` or GGUF metadata) and chat templates.
 //! - `wasm` (wasm32 only): the JavaScript facade.
 
 pub mod api;
 pub mod engine;
 pub mod loader;
 pub mod model;
+pub mod tokenizer;
 
 #[cfg(target_arch = "wasm32")]
 pub mod wasm;
