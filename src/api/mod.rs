@@ -11,7 +11,7 @@ pub mod error;
 mod parse;
 pub mod request;
 pub mod response;
-mod unions;
+pub mod unions;
 pub mod validate;
 
 pub use chat::validate_chat;

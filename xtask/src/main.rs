@@ -4,8 +4,10 @@
 //!   tsc over the TypeScript declarations, the wasm tests in headless Chromium on WebGPU, then the built
 //!   package: its types as a consumer sees them, and the end-to-end test of the demo page.
 //! - `demo`: builds the npm package into `pkg/` and serves `www/` + `pkg/` on http://127.0.0.1:8080.
+//! - `fetch`: only the data download (the default model and llama.cpp's tokenizer vectors, see [`data`]).
 //! - `setup`: only the installation step.
 
+mod data;
 mod pkg;
 mod serve;
 mod setup;
@@ -14,9 +16,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
-const USAGE: &str = "usage: cargo xtask <test|demo|setup>
+const USAGE: &str = "usage: cargo xtask <test|demo|fetch|setup>
   test    install what is missing, then fmt, clippy, native tests, browser tests, demo e2e test
   demo    build the wasm package into pkg/ and serve the demo on http://127.0.0.1:8080 (--port N)
+  fetch   only download the test/demo data into the cache ($KILN_CACHE, default .cache/kiln)
   setup   only install what is missing";
 
 fn main() -> ExitCode {
@@ -25,6 +28,7 @@ fn main() -> ExitCode {
         Some("test") => test(),
         Some("demo") => demo(&args[1..]),
         Some("setup") => setup::ensure(&root()).map(|_| ()),
+        Some("fetch") => data::fetch(&root()).map(|cache| eprintln!("xtask: data in {}", cache.display())),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);
@@ -72,9 +76,17 @@ fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
 }
 
+/// The port `cargo xtask test` serves on when it is free.
+const TEST_PORT: u16 = 18_080;
+
 fn test() -> Result<(), String> {
     let root = root();
     let tools = setup::ensure(&root)?;
+    let cache = data::fetch(&root)?;
+    // Serves the cache to the browser tests (and the demo page to its e2e test). A fixed port keeps the
+    // URL compiled into the wasm tests stable, so they are not rebuilt on every run.
+    let server = serve::start(&root, &cache, TEST_PORT).or_else(|_| serve::start(&root, &cache, 0))?;
+    let data_url = format!("http://{}/models/", server.addr);
     let mut stages: Vec<(&str, Result<(), String>, f64)> = Vec::new();
     let mut stage = |name: &'static str, f: &mut dyn FnMut() -> Result<(), String>| {
         eprintln!("\n==> {name}");
@@ -114,7 +126,10 @@ fn test() -> Result<(), String> {
         &mut || run(tools.command("tsc").current_dir(&root).args(["-p", "tests/ts"])),
     );
     stage("native tests", &mut || {
-        run(cargo().current_dir(&root).args(["test", "--workspace"]))
+        run(cargo()
+            .current_dir(&root)
+            .env("KILN_CACHE", &cache)
+            .args(["test", "--workspace"]))
     });
     stage(
         "browser tests (wasm-pack, headless Chromium, WebGPU)",
@@ -122,7 +137,8 @@ fn test() -> Result<(), String> {
             run(tools
                 .command("wasm-pack")
                 .current_dir(&root)
-                .env("WASM_BINDGEN_TEST_TIMEOUT", "600")
+                .env("WASM_BINDGEN_TEST_TIMEOUT", "900")
+                .env("KILN_DATA_URL", &data_url)
                 .args([
                     "test",
                     "--mode",
@@ -143,7 +159,6 @@ fn test() -> Result<(), String> {
                 .command("tsc")
                 .current_dir(&root)
                 .args(["-p", "tests/ts/consumer"]))?;
-            let server = serve::start(&root, 0)?;
             let artifacts = root.join("target").join("e2e");
             std::fs::create_dir_all(&artifacts).map_err(|e| format!("{}: {e}", artifacts.display()))?;
             run(Command::new("node")
@@ -180,8 +195,9 @@ fn demo(args: &[String]) -> Result<(), String> {
     };
     let root = root();
     let tools = setup::ensure(&root)?;
+    let cache = data::fetch(&root)?;
     pkg::build(&tools, &root, pkg::Opt::Release)?;
-    let server = serve::start(&root, port)?;
+    let server = serve::start(&root, &cache, port)?;
     println!("\nkiln demo: http://{}/  (Ctrl-C to stop)", server.addr);
     server.wait();
     Ok(())

@@ -1,6 +1,8 @@
-//! A small static file server for the demo and its e2e test: `/pkg/...` from `pkg/`, everything else from
-//! `www/`, with the right MIME types (`application/wasm` is needed for streaming compilation) and the
-//! cross-origin isolation headers that threads in wasm will need. GET and HEAD only; loopback only.
+//! A small static file server for the demo and the tests: `/pkg/...` from `pkg/`, `/models/...` from the data
+//! cache (the default model, see [`crate::data`]), everything else from `www/`, with the right MIME types
+//! (`application/wasm` is needed for streaming compilation), the cross-origin isolation headers that
+//! threads in wasm will need, and CORS headers so the wasm tests (served by wasm-bindgen's runner on another
+//! port) can fetch the model. GET and HEAD only; loopback only.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -19,18 +21,29 @@ impl Server {
     }
 }
 
-/// Starts serving on 127.0.0.1:`port` (0: any free port) in a background thread.
-pub fn start(root: &Path, port: u16) -> Result<Server, String> {
+/// The directories served.
+#[derive(Clone)]
+struct Mounts {
+    www: PathBuf,
+    pkg: PathBuf,
+    models: PathBuf,
+}
+
+/// Starts serving on 127.0.0.1:`port` (0: any free port) in a background thread; `/models/` serves `cache`.
+pub fn start(root: &Path, cache: &Path, port: u16) -> Result<Server, String> {
     let listener = TcpListener::bind(("127.0.0.1", port))
         .map_err(|e| format!("cannot listen on 127.0.0.1:{port}: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let www = root.join("www");
-    let pkg = root.join("pkg");
+    let mounts = Mounts {
+        www: root.join("www"),
+        pkg: root.join("pkg"),
+        models: cache.to_path_buf(),
+    };
     let thread = std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
-            let (www, pkg) = (www.clone(), pkg.clone());
+            let mounts = mounts.clone();
             std::thread::spawn(move || {
-                if let Err(e) = handle(stream, &www, &pkg) {
+                if let Err(e) = handle(stream, &mounts) {
                     eprintln!("serve: {e}");
                 }
             });
@@ -39,7 +52,7 @@ pub fn start(root: &Path, port: u16) -> Result<Server, String> {
     Ok(Server { addr, thread })
 }
 
-fn handle(stream: TcpStream, www: &Path, pkg: &Path) -> std::io::Result<()> {
+fn handle(stream: TcpStream, mounts: &Mounts) -> std::io::Result<()> {
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut request = String::new();
     reader.read_line(&mut request)?;
@@ -51,7 +64,7 @@ fn handle(stream: TcpStream, www: &Path, pkg: &Path) -> std::io::Result<()> {
     let mut parts = request.split_whitespace();
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or("/"));
     let path = target.split(['?', '#']).next().unwrap_or("/");
-    let file = resolve(path, www, pkg);
+    let file = resolve(path, mounts);
     let mut out = stream;
     match (method, file.and_then(|f| std::fs::read(&f).ok().map(|b| (f, b)))) {
         ("GET" | "HEAD", Some((file, body))) => {
@@ -59,6 +72,7 @@ fn handle(stream: TcpStream, www: &Path, pkg: &Path) -> std::io::Result<()> {
                 out,
                 "HTTP/1.1 200 OK\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-cache\r\n\
                  Cross-Origin-Opener-Policy: same-origin\r\nCross-Origin-Embedder-Policy: require-corp\r\n\
+                 Access-Control-Allow-Origin: *\r\nCross-Origin-Resource-Policy: cross-origin\r\n\
                  Connection: close\r\n\r\n",
                 mime(&file),
                 body.len()
@@ -77,12 +91,13 @@ fn handle(stream: TcpStream, www: &Path, pkg: &Path) -> std::io::Result<()> {
     out.flush()
 }
 
-/// Maps a URL path to a file under `www/` or `pkg/`; `None` for anything that would leave them.
-fn resolve(path: &str, www: &Path, pkg: &Path) -> Option<PathBuf> {
+/// Maps a URL path to a file under a mount; `None` for anything that would leave them.
+fn resolve(path: &str, m: &Mounts) -> Option<PathBuf> {
     let path = percent_decode(path)?;
-    let (base, rest) = match path.strip_prefix("/pkg/") {
-        Some(rest) => (pkg, rest),
-        None => (www, path.trim_start_matches('/')),
+    let (base, rest) = match (path.strip_prefix("/pkg/"), path.strip_prefix("/models/")) {
+        (Some(rest), _) => (&m.pkg, rest),
+        (_, Some(rest)) => (&m.models, rest),
+        _ => (&m.www, path.trim_start_matches('/')),
     };
     let rel = Path::new(rest);
     if !rel.components().all(|c| matches!(c, Component::Normal(_))) {
@@ -134,21 +149,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn paths_stay_inside_www_and_pkg() {
+    fn paths_stay_inside_the_mounts() {
         let root = crate::root();
-        let (www, pkg) = (root.join("www"), root.join("pkg"));
-        assert_eq!(resolve("/", &www, &pkg), Some(www.join("index.html")));
-        assert_eq!(resolve("/index.html", &www, &pkg), Some(www.join("index.html")));
-        assert_eq!(resolve("/../Cargo.toml", &www, &pkg), None);
-        assert_eq!(resolve("/%2e%2e/Cargo.toml", &www, &pkg), None);
-        assert_eq!(resolve("/pkg/../../Cargo.toml", &www, &pkg), None);
-        assert_eq!(resolve("/missing.js", &www, &pkg), None);
-        assert_eq!(resolve("/%zz", &www, &pkg), None);
+        let m = Mounts {
+            www: root.join("www"),
+            pkg: root.join("pkg"),
+            models: root.join("xtask"),
+        };
+        let www = &m.www;
+        assert_eq!(resolve("/", &m), Some(www.join("index.html")));
+        assert_eq!(resolve("/index.html", &m), Some(www.join("index.html")));
+        assert_eq!(
+            resolve("/models/fetch.py", &m),
+            Some(root.join("xtask").join("fetch.py"))
+        );
+        assert_eq!(resolve("/../Cargo.toml", &m), None);
+        assert_eq!(resolve("/%2e%2e/Cargo.toml", &m), None);
+        assert_eq!(resolve("/pkg/../../Cargo.toml", &m), None);
+        assert_eq!(resolve("/models/../Cargo.toml", &m), None);
+        assert_eq!(resolve("/missing.js", &m), None);
+        assert_eq!(resolve("/%zz", &m), None);
     }
 
     #[test]
     fn serves_files_over_http() {
-        let server = start(&crate::root(), 0).expect("listen");
+        let root = crate::root();
+        let server = start(&root, &root.join("xtask"), 0).expect("listen");
         let mut stream = TcpStream::connect(server.addr).expect("connect");
         stream
             .write_all(b"GET /index.html?x=1 HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -158,5 +184,6 @@ mod tests {
         assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
         assert!(response.contains("Content-Type: text/html"));
         assert!(response.contains("<title>kiln"));
+        assert!(response.contains("Access-Control-Allow-Origin: *"));
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! - rustup: the `wasm32-unknown-unknown` target, `rustfmt` and `clippy`;
 //! - apt: `chromium`, `chromium-driver` (headless WebGPU through SwiftShader), `mesa-vulkan-drivers` (native
-//!   wgpu on lavapipe), and `nodejs`/`npm` where Node is missing;
+//!   wgpu on lavapipe), and `nodejs`/`npm` and `python3` where they are missing;
 //! - cargo: `wasm-bindgen-cli` at exactly the version in `Cargo.lock`, and `wasm-pack` (which is then told to
 //!   use these and `/usr/bin/chromedriver`, so it never downloads a binary);
 //! - npm (`package-lock.json`): `playwright-core` (drives `/usr/bin/chromium`, never a downloaded browser) and
@@ -90,6 +90,10 @@ fn apt() -> Result<(), String> {
     let mut missing: Vec<&str> = APT_PACKAGES.into_iter().filter(|p| !installed(p)).collect();
     if output(Command::new("node").arg("--version")).is_none() {
         missing.extend(["nodejs", "npm"]);
+    }
+    // `cargo xtask fetch` runs xtask/fetch.py (standard library only).
+    if output(Command::new("python3").arg("--version")).is_none() {
+        missing.push("python3");
     }
     if missing.is_empty() {
         return Ok(());
