@@ -1,10 +1,13 @@
 //! In headless Chromium: the device self-check and the golden decoder tests, on WebGPU and on burn's CPU
-//! backend compiled to wasm32.
+//! backend compiled to wasm32, and the default model (SmolLM2 GGUF, fetched over HTTP from the data cache
+//! that `cargo xtask test` serves at `KILN_DATA_URL`) answering a question on WebGPU.
 //! Run by `wasm-pack test --headless --chrome` (see `cargo xtask test`).
 #![cfg(target_arch = "wasm32")]
 
 use kiln::engine::check::check_device;
 use kiln::engine::device::{self, DeviceKind};
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::JsFuture;
 use wasm_bindgen_test::{console_log, wasm_bindgen_test, wasm_bindgen_test_configure};
 
 wasm_bindgen_test_configure!(run_in_browser);
@@ -51,4 +54,35 @@ async fn golden_models_on_cpu_in_wasm() {
         golden::logits_match(&f, &device).await;
         golden::greedy_matches(&f, &device).await;
     }
+}
+
+mod real;
+
+/// The bytes at `url`, fetched by the browser.
+async fn fetch_bytes(url: &str) -> Vec<u8> {
+    let window = web_sys::window().expect("a window");
+    let response: web_sys::Response = JsFuture::from(window.fetch_with_str(url))
+        .await
+        .unwrap_or_else(|e| panic!("fetch {url}: {e:?}"))
+        .dyn_into()
+        .expect("a Response");
+    assert!(response.ok(), "{url}: HTTP {}", response.status());
+    let buffer = JsFuture::from(response.array_buffer().expect("array_buffer"))
+        .await
+        .expect("body");
+    js_sys::Uint8Array::new(&buffer).to_vec()
+}
+
+#[wasm_bindgen_test]
+async fn smollm2_answers_on_webgpu() {
+    let base = option_env!("KILN_DATA_URL")
+        .expect("KILN_DATA_URL (the served data cache) is set by `cargo xtask test`, which runs this test");
+    let bytes = fetch_bytes(&format!("{base}{}", real::SMOLLM2)).await;
+    let gpu = device::gpu().await.expect("a WebGPU adapter");
+    let start = js_sys::Date::now();
+    let answer = real::capital_of_france(&bytes, &gpu.device).await;
+    console_log!(
+        "SmolLM2 on WebGPU: {answer:?} ({:.1} s to load and answer)",
+        (js_sys::Date::now() - start) / 1000.0
+    );
 }
