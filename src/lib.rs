@@ -16,6 +16,7 @@ pub mod api;
 pub mod engine;
 pub mod loader;
 pub mod model;
+pub mod sampling;
 pub mod tokenizer;
 
 #[cfg(target_arch = "wasm32")]

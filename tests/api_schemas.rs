@@ -5,26 +5,12 @@
 
 use std::collections::BTreeMap;
 
+mod schema;
+
 use kiln::api::request::{FunctionType, ServiceTier};
 use kiln::api::response::*;
+use schema::{assert_valid, validator};
 use serde_json::{Value, json};
-
-fn validator(root: &str) -> jsonschema::Validator {
-    let text = include_str!("fixtures/openai-response-schemas.json");
-    let mut schema: Value = serde_json::from_str(text).expect("schema JSON");
-    schema["$ref"] = json!(format!("#/$defs/{root}"));
-    jsonschema::validator_for(&schema).expect("schema compiles")
-}
-
-fn assert_valid(root: &str, instance: &impl serde::Serialize) {
-    let value = serde_json::to_value(instance).unwrap();
-    let v = validator(root);
-    let errors: Vec<String> = v
-        .iter_errors(&value)
-        .map(|e| format!("{} at {}", e, e.instance_path()))
-        .collect();
-    assert!(errors.is_empty(), "{root}: {value:#}\n{}", errors.join("\n"));
-}
 
 fn top(token: &str, logprob: f32) -> TopLogprob {
     TopLogprob {

@@ -15,6 +15,8 @@ pub enum Status {
     NotFound = 404,
     /// 422: the request does not validate (missing field, wrong type, value out of range).
     Unprocessable = 422,
+    /// 500: the engine failed while serving a valid request (a device error).
+    Internal = 500,
 }
 
 /// A protocol error: what went wrong, about which field.
@@ -116,6 +118,11 @@ impl ApiError {
         )
     }
 
+    /// 500 `engine_error`: generation failed on the device.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(Status::Internal, "engine_error", None, message.into())
+    }
+
     /// The HTTP-equivalent status code.
     pub fn status(&self) -> u16 {
         self.status as u16
@@ -124,7 +131,10 @@ impl ApiError {
     /// OpenAI's error `type` for this status.
     pub fn kind(&self) -> &'static str {
         // OpenAI reports every client error, 404 included, as `invalid_request_error`.
-        "invalid_request_error"
+        match self.status {
+            Status::Internal => "server_error",
+            _ => "invalid_request_error",
+        }
     }
 
     /// The wire form.

@@ -5,12 +5,18 @@
 //! - [`model`]: a loaded model (decoder + tokenizer + chat template) from bytes.
 //! - [`prompt`]: requests → prompt token ids.
 //! - [`generate`]: prefill and decode steps on the device; logits read back once per step.
+//! - [`generation`]: one prompt's `n` choices: sampling, detokenisation, stop rules, finish reasons.
+//! - [`detok`]: the incremental detokenizer and stop-string matching.
+//! - [`respond`]: deltas → OpenAI chunks, and full responses as the streams collected.
 
 pub mod check;
+pub mod detok;
 pub mod device;
 pub mod generate;
+pub mod generation;
 pub mod model;
 pub mod prompt;
+pub mod respond;
 
 pub use model::Model;
 

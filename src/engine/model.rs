@@ -1,13 +1,26 @@
-//! A loaded model: the decoder on its device, the tokenizer with its chat template, and the limits requests
-//! are validated against. Bytes in: fetching and caching happen at the edge.
+//! A loaded model: the decoder on its device, the tokenizer with its chat template, and the two endpoints.
+//! Requests are validated against the model before any device work; a valid request becomes a stream of
+//! chunks, and a non-streaming request is that stream collected. Bytes in: fetching and caching happen at
+//! the edge.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
 
 use burn::tensor::Device;
 
 use super::EngineError;
-use crate::api::ModelSpec;
+use super::generation::{GenParams, Generation};
+use super::respond::{ChatStream, CompletionStream, PromptRun, StreamHeader, fingerprint};
+use crate::api::request::{ReasoningEffort, ResponseFormat};
+use crate::api::response::response_id;
+use crate::api::unions::Prompt;
+use crate::api::validate::Common;
+use crate::api::{ApiError, ModelSpec, ValidChat, ValidCompletion};
 use crate::loader::{Gguf, GgufWeights, gguf_model};
 use crate::model::Decoder;
-use crate::tokenizer::ModelTokenizer;
+use crate::sampling::Rng;
+use crate::tokenizer::time::now_secs;
+use crate::tokenizer::{ModelTokenizer, TemplateInputs};
 
 /// A model ready to generate.
 #[derive(Debug)]
@@ -15,7 +28,7 @@ pub struct Model {
     /// The id requests name in `model`.
     pub id: String,
     pub decoder: Decoder,
-    pub tokenizer: ModelTokenizer,
+    pub tokenizer: Arc<ModelTokenizer>,
 }
 
 impl Model {
@@ -30,7 +43,7 @@ impl Model {
         Ok(Self {
             id: id.to_owned(),
             decoder,
-            tokenizer,
+            tokenizer: Arc::new(tokenizer),
         })
     }
 
@@ -43,5 +56,136 @@ impl Model {
             images: false,
             video: false,
         }
+    }
+
+    fn header(&self, prefix: &str, common: &Common) -> StreamHeader {
+        let entropy = (u128::from(Rng::entropy_seed()) << 64) | u128::from(Rng::entropy_seed());
+        StreamHeader {
+            id: response_id(prefix, entropy),
+            created: now_secs().max(0) as u64,
+            model: self.id.clone(),
+            system_fingerprint: fingerprint(),
+            service_tier: common.service_tier,
+            response_tier: common.response_tier(),
+            // A non-streaming response is the stream collected, which needs the usage chunk.
+            include_usage: common.include_usage || !common.stream,
+        }
+    }
+
+    fn params(common: &Common, max_new: usize, logprobs: Option<usize>, prompt_logprobs: bool) -> GenParams {
+        GenParams {
+            n: common.n,
+            max_new,
+            sampling: common.sampling.clone(),
+            stop: common.stop.clone(),
+            logprobs,
+            prompt_logprobs,
+            entropy: Rng::entropy_seed(),
+        }
+    }
+
+    /// A validated chat request as a stream of `chat.completion.chunk`s (collect it for the full
+    /// response). Refused here, before any device work: what kiln cannot honour yet.
+    pub fn chat(&self, req: ValidChat) -> Result<ChatStream, ApiError> {
+        if !req.tools.is_empty() {
+            return Err(ApiError::unsupported(
+                "tools",
+                "tool calling is not implemented yet (structured outputs and tools are a later milestone)",
+            ));
+        }
+        if req.response_format != ResponseFormat::Text {
+            return Err(ApiError::unsupported(
+                "response_format",
+                "only `{\"type\": \"text\"}` is implemented yet (constrained JSON is a later milestone)",
+            ));
+        }
+        let mut extra = serde_json::Map::new();
+        if let Some(effort) = req.reasoning_effort {
+            extra.insert("enable_thinking".into(), (effort != ReasoningEffort::None).into());
+        }
+        let inputs = TemplateInputs {
+            messages: req.messages.iter().map(super::prompt::template_message).collect(),
+            add_generation_prompt: true,
+            extra,
+            ..TemplateInputs::default()
+        };
+        let (_, ids) = self
+            .tokenizer
+            .chat_prompt(inputs)
+            .map_err(|e| ApiError::cannot_serve(Some("messages"), "invalid_prompt", e.to_string()))?;
+        let spec = self.spec();
+        let max_new = req
+            .common
+            .completion_budget(ids.len(), spec.context_length, "messages")?;
+        let params = Self::params(&req.common, max_new, req.logprobs, false);
+        let n = params.n;
+        Ok(ChatStream {
+            header: self.header("chatcmpl-", &req.common),
+            generation: Generation::new(self.decoder.clone(), self.tokenizer.clone(), ids, params),
+            tokenizer: self.tokenizer.clone(),
+            logprobs: req.logprobs.is_some(),
+            started: vec![false; n],
+            queue: VecDeque::new(),
+            finished: false,
+        })
+    }
+
+    /// A validated completions request as a stream of `text_completion` chunks (collect it for the full
+    /// response). Prompts run one after another, `n` choices each (indices `prompt · n + i`).
+    pub fn complete(&self, req: ValidCompletion) -> Result<CompletionStream, ApiError> {
+        let spec = self.spec();
+        let prompts: Vec<(Vec<u32>, String)> = match &req.prompt {
+            Prompt::Texts(texts) => texts
+                .iter()
+                .map(|t| {
+                    let ids = self.tokenizer.encode(t, true).map_err(|e| {
+                        ApiError::cannot_serve(Some("prompt"), "invalid_prompt", e.to_string())
+                    })?;
+                    Ok((ids, t.clone()))
+                })
+                .collect::<Result<_, ApiError>>()?,
+            Prompt::Tokens(lists) => lists
+                .iter()
+                .map(|ids| {
+                    let text = self.tokenizer.decode(ids, false).unwrap_or_default();
+                    (ids.clone(), text)
+                })
+                .collect(),
+        };
+        let mut runs = VecDeque::new();
+        for (i, (ids, text)) in prompts.into_iter().enumerate() {
+            if ids.is_empty() {
+                return Err(ApiError::cannot_serve(
+                    Some("prompt"),
+                    "invalid_prompt",
+                    "`prompt` is empty",
+                ));
+            }
+            let max_new = req
+                .common
+                .completion_budget(ids.len(), spec.context_length, "prompt")?;
+            let params = Self::params(
+                &req.common,
+                max_new,
+                req.logprobs,
+                req.echo && req.logprobs.is_some(),
+            );
+            runs.push_back(PromptRun {
+                generation: Generation::new(self.decoder.clone(), self.tokenizer.clone(), ids, params),
+                echo: req.echo.then_some(text),
+                first_index: i * req.common.n,
+            });
+        }
+        Ok(CompletionStream {
+            header: self.header("cmpl-", &req.common),
+            runs,
+            tokenizer: self.tokenizer.clone(),
+            logprobs: req.logprobs.is_some(),
+            queue: VecDeque::new(),
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            started: false,
+            finished: false,
+        })
     }
 }

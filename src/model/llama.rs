@@ -59,6 +59,15 @@ pub struct KvCache {
     pub capacity: usize,
 }
 
+impl KvCache {
+    /// Repeats the (single) cached row `n` times, so that `n` sequences continue from one shared prefill.
+    pub fn repeat_rows(&mut self, n: usize) {
+        for t in self.keys.iter_mut().chain(self.values.iter_mut()) {
+            *t = t.clone().repeat_dim(0, n);
+        }
+    }
+}
+
 /// The decoder's weights on a device.
 #[derive(Debug, Clone)]
 pub struct Decoder {

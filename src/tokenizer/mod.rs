@@ -27,10 +27,35 @@ pub enum TokenizerError {
     Decode(String),
 }
 
+/// How vocabulary strings map to bytes (for logprobs' `bytes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenBytes {
+    /// GPT-2 byte-level BPE: every character stands for one byte (`bytes_to_unicode`).
+    ByteLevel,
+    /// SentencePiece: `▁` is a space, `<0xNN>` is byte NN, the rest is UTF-8.
+    SentencePiece,
+}
+
+/// GPT-2's `bytes_to_unicode` inverted: character → byte.
+fn byte_level_char(c: char) -> Option<u8> {
+    let c = c as u32;
+    let printable = |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+    if c < 256 && printable(c) {
+        return Some(c as u8);
+    }
+    // The other bytes map, in order, to 256, 257, ...
+    let n = c.checked_sub(256)?;
+    (0u32..256)
+        .filter(|&b| !printable(b))
+        .nth(n as usize)
+        .map(|b| b as u8)
+}
+
 /// A model's tokenizer, special tokens and chat template.
 #[derive(Debug)]
 pub struct ModelTokenizer {
     pub inner: tokenizers::Tokenizer,
+    pub token_bytes: TokenBytes,
     pub template: ChatTemplate,
     pub bos_token: String,
     pub eos_token: String,
@@ -46,8 +71,13 @@ impl ModelTokenizer {
         stop_ids.sort_unstable();
         stop_ids.dedup();
         let template = ChatTemplate::new(t.chat_template.as_deref().unwrap_or(CHATML))?;
+        let token_bytes = match g.str("tokenizer.ggml.model").ok().flatten() {
+            Some("llama") => TokenBytes::SentencePiece,
+            _ => TokenBytes::ByteLevel,
+        };
         Ok(Self {
             inner: t.tokenizer,
+            token_bytes,
             template,
             bos_token: t.bos_token.unwrap_or_default(),
             eos_token: t.eos_token.unwrap_or_default(),
@@ -70,6 +100,39 @@ impl ModelTokenizer {
             .map_err(|e| TokenizerError::Decode(e.to_string()))
     }
 
+    /// The bytes token `id` stands for (special tokens: their text), as logprobs report them.
+    pub fn token_bytes(&self, id: u32) -> Vec<u8> {
+        let Some(piece) = self.inner.id_to_token(id) else {
+            return Vec::new();
+        };
+        let special = self
+            .inner
+            .get_added_tokens_decoder()
+            .get(&id)
+            .is_some_and(|t| t.special);
+        if special {
+            return piece.into_bytes();
+        }
+        match self.token_bytes {
+            TokenBytes::ByteLevel => piece
+                .chars()
+                .flat_map(|c| byte_level_char(c).map_or_else(|| c.to_string().into_bytes(), |b| vec![b]))
+                .collect(),
+            TokenBytes::SentencePiece => {
+                let hex = piece.strip_prefix("<0x").and_then(|h| h.strip_suffix('>'));
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(b) if piece.len() == 6 => vec![b],
+                    _ => piece.replace('\u{2581}', " ").into_bytes(),
+                }
+            }
+        }
+    }
+
+    /// A token as logprobs show it: its bytes as text (an incomplete UTF-8 sequence becomes U+FFFD).
+    pub fn token_text(&self, id: u32) -> String {
+        String::from_utf8_lossy(&self.token_bytes(id)).into_owned()
+    }
+
     /// Renders the chat prompt (special tokens filled in from this tokenizer) and tokenises it.
     pub fn chat_prompt(&self, mut inputs: TemplateInputs) -> Result<(String, Vec<u32>), TokenizerError> {
         inputs.bos_token.clone_from(&self.bos_token);
@@ -77,5 +140,19 @@ impl ModelTokenizer {
         let text = self.template.render(&inputs)?;
         let ids = self.encode(&text, false)?;
         Ok((text, ids))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::byte_level_char;
+
+    #[test]
+    fn byte_level_characters_invert_gpt2s_table() {
+        assert_eq!(byte_level_char('A'), Some(b'A'));
+        assert_eq!(byte_level_char('\u{120}'), Some(b' '), "Ġ is the space");
+        assert_eq!(byte_level_char('\u{10A}'), Some(b'\n'), "Ċ is the newline");
+        assert_eq!(byte_level_char('\u{100}'), Some(0));
+        assert_eq!(byte_level_char('\u{4E00}'), None);
     }
 }

@@ -27,7 +27,7 @@ const DAYS: [&str; 7] = [
 ];
 
 /// Seconds since the Unix epoch.
-fn now_secs() -> i64 {
+pub fn now_secs() -> i64 {
     #[cfg(target_arch = "wasm32")]
     {
         (js_sys::Date::now() / 1000.0) as i64

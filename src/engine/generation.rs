@@ -1,0 +1,225 @@
+//! One prompt's generation as a stream of per-choice deltas: `n` choices share one prefill, each has its own
+//! sampler (seeded stream `i`), incremental detokenizer and stop-string matcher. Each call to
+//! [`Generation::next`] runs one device step and returns what every live choice added.
+//!
+//! A choice ends with `stop` on an end-of-generation id (not part of the text) or a stop string (the text
+//! ends before it), and with `length` when it reached its token budget or the context is full.
+
+use std::sync::Arc;
+
+use super::EngineError;
+use super::detok::{Detokenizer, Matched, StopMatcher};
+use super::generate::Runner;
+use crate::api::response::FinishReason;
+use crate::api::validate::Sampling;
+use crate::model::Decoder;
+use crate::sampling::{Sampler, log_softmax, top_k};
+use crate::tokenizer::ModelTokenizer;
+
+/// What to generate for one prompt.
+#[derive(Debug, Clone)]
+pub struct GenParams {
+    pub n: usize,
+    /// Completion tokens per choice (already bounded by the context).
+    pub max_new: usize,
+    pub sampling: Sampling,
+    pub stop: Vec<String>,
+    /// `Some(k)`: report each token's logprob and the `k` most likely alternatives.
+    pub logprobs: Option<usize>,
+    /// Also score the prompt's own tokens (completions `echo` with `logprobs`).
+    pub prompt_logprobs: bool,
+    /// Seed for requests without `seed`.
+    pub entropy: u64,
+}
+
+/// A generated (or, for prompt logprobs, given) token.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenOut {
+    pub id: u32,
+    /// `None` for the first prompt token, which has no context.
+    pub logprob: Option<f32>,
+    pub top: Vec<(u32, f32)>,
+    /// Characters of the choice's text before this token.
+    pub text_offset: usize,
+}
+
+/// What one choice added in one step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChoiceDelta {
+    pub index: usize,
+    pub text: String,
+    /// Tokens sampled in this step (with logprobs requested).
+    pub tokens: Vec<TokenOut>,
+    pub finish: Option<FinishReason>,
+}
+
+struct Choice {
+    sampler: Sampler,
+    detok: Detokenizer,
+    stops: StopMatcher,
+    generated: usize,
+    last: u32,
+    done: bool,
+    /// Characters of text decoded so far (released or held back).
+    chars: usize,
+}
+
+/// A prompt being completed.
+pub struct Generation {
+    decoder: Decoder,
+    tokenizer: Arc<ModelTokenizer>,
+    prompt: Vec<u32>,
+    params: GenParams,
+    runner: Option<Runner>,
+    /// Logits for each choice's next token.
+    rows: Vec<Vec<f32>>,
+    choices: Vec<Choice>,
+    /// Prompt tokens scored at prefill (prompt logprobs).
+    pub prompt_tokens_out: Vec<TokenOut>,
+}
+
+impl Generation {
+    pub fn new(
+        decoder: Decoder,
+        tokenizer: Arc<ModelTokenizer>,
+        prompt: Vec<u32>,
+        params: GenParams,
+    ) -> Self {
+        let choices = (0..params.n)
+            .map(|i| Choice {
+                sampler: Sampler::new(params.sampling.clone(), i as u64, params.entropy),
+                detok: Detokenizer::default(),
+                stops: StopMatcher::new(&params.stop),
+                generated: 0,
+                last: 0,
+                done: false,
+                chars: 0,
+            })
+            .collect();
+        Self {
+            decoder,
+            tokenizer,
+            prompt,
+            params,
+            runner: None,
+            rows: Vec::new(),
+            choices,
+            prompt_tokens_out: Vec::new(),
+        }
+    }
+
+    /// Completion tokens generated so far, over all choices (end-of-generation ids included).
+    pub fn completion_tokens(&self) -> usize {
+        self.choices.iter().map(|c| c.generated).sum()
+    }
+
+    pub fn prompt_len(&self) -> usize {
+        self.prompt.len()
+    }
+
+    /// Runs the prefill (first call) or one decode step; `None` once every choice has finished.
+    pub async fn next(&mut self) -> Result<Option<Vec<ChoiceDelta>>, EngineError> {
+        if self.choices.iter().all(|c| c.done) {
+            return Ok(None);
+        }
+        match &mut self.runner {
+            None => {
+                let capacity = self.prompt.len() + self.params.max_new;
+                let (mut runner, mut rows) =
+                    Runner::prefill(&self.decoder, &self.prompt, capacity, self.params.prompt_logprobs)
+                        .await?;
+                let last = rows.pop().unwrap_or_default();
+                if self.params.prompt_logprobs {
+                    self.score_prompt(&rows);
+                }
+                runner.fork(self.params.n);
+                self.runner = Some(runner);
+                self.rows = vec![last; self.params.n];
+            }
+            Some(runner) => {
+                let tokens: Vec<u32> = self.choices.iter().map(|c| c.last).collect();
+                self.rows = runner.step(&tokens).await?;
+            }
+        }
+        let room = self.runner.as_ref().map_or(0, Runner::room);
+        let mut deltas = Vec::new();
+        for (index, (choice, logits)) in self.choices.iter_mut().zip(self.rows.iter_mut()).enumerate() {
+            if choice.done {
+                continue;
+            }
+            let k = self.params.logprobs.unwrap_or(0);
+            let picked = choice.sampler.sample(logits, k);
+            choice.generated += 1;
+            choice.last = picked.id;
+            let mut delta = ChoiceDelta {
+                index,
+                text: String::new(),
+                tokens: Vec::new(),
+                finish: None,
+            };
+            if self.params.logprobs.is_some() {
+                delta.tokens.push(TokenOut {
+                    id: picked.id,
+                    logprob: Some(picked.logprob),
+                    top: picked.top,
+                    text_offset: choice.chars,
+                });
+            }
+            if self.tokenizer.stop_ids.contains(&picked.id) {
+                delta.text = choice.detok.flush(&self.tokenizer)?;
+                delta.text.push_str(&choice.stops.flush());
+                delta.finish = Some(FinishReason::Stop);
+            } else {
+                let piece = choice.detok.push(&self.tokenizer, picked.id)?;
+                choice.chars += piece.chars().count();
+                match choice.stops.push(&piece) {
+                    Matched::Stop(text) => {
+                        delta.text = text;
+                        delta.finish = Some(FinishReason::Stop);
+                    }
+                    Matched::Release(text) => delta.text = text,
+                }
+            }
+            if delta.finish.is_none() && (choice.generated >= self.params.max_new || room == 0) {
+                let tail = choice.detok.flush(&self.tokenizer)?;
+                choice.chars += tail.chars().count();
+                match choice.stops.push(&tail) {
+                    Matched::Stop(text) => {
+                        delta.text.push_str(&text);
+                        delta.finish = Some(FinishReason::Stop);
+                    }
+                    Matched::Release(text) => {
+                        delta.text.push_str(&text);
+                        delta.text.push_str(&choice.stops.flush());
+                        delta.finish = Some(FinishReason::Length);
+                    }
+                }
+            }
+            choice.done = delta.finish.is_some();
+            deltas.push(delta);
+        }
+        Ok(Some(deltas))
+    }
+
+    /// Logprobs of prompt tokens 1.. from the prefill's per-position logits (token 0 has none).
+    fn score_prompt(&mut self, rows: &[Vec<f32>]) {
+        let k = self.params.logprobs.unwrap_or(0);
+        let mut offset = 0;
+        for (i, &id) in self.prompt.iter().enumerate() {
+            let (logprob, top) = match i.checked_sub(1).and_then(|p| rows.get(p)) {
+                Some(row) => {
+                    let lp = log_softmax(row);
+                    (Some(lp[id as usize]), top_k(&lp, k))
+                }
+                None => (None, Vec::new()),
+            };
+            self.prompt_tokens_out.push(TokenOut {
+                id,
+                logprob,
+                top,
+                text_offset: offset,
+            });
+            offset += self.tokenizer.token_text(id).chars().count();
+        }
+    }
+}

@@ -1,0 +1,355 @@
+//! Generation deltas → OpenAI stream chunks, and the full responses as those streams collected (one code
+//! path: a non-streaming request runs the same stream with usage on and folds its chunks).
+//!
+//! Chat streams: each choice's first chunk carries `role: "assistant"` and `content: ""`; content chunks
+//! follow; the choice's last chunk has an empty delta and its `finish_reason`; with
+//! `stream_options.include_usage`, every chunk has `usage: null` and a final chunk with no choices carries
+//! the usage. Completion streams: `text_completion` chunks with each choice's text pieces, the last with its
+//! `finish_reason`; `echo` puts the prompt first. All chunks of a stream share `id`, `created`, `model` and
+//! `system_fingerprint`.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use super::generation::{ChoiceDelta, Generation, TokenOut};
+use crate::api::ApiError;
+use crate::api::request::ServiceTier;
+use crate::api::response::*;
+use crate::tokenizer::ModelTokenizer;
+
+/// What every chunk of a stream shares.
+#[derive(Debug, Clone)]
+pub struct StreamHeader {
+    pub id: String,
+    pub created: u64,
+    pub model: String,
+    pub system_fingerprint: String,
+    /// The requested tier (chunks carry it only when one was requested).
+    pub service_tier: Option<ServiceTier>,
+    /// The tier full responses report.
+    pub response_tier: ServiceTier,
+    pub include_usage: bool,
+}
+
+/// `system_fingerprint`: the engine and its version.
+pub fn fingerprint() -> String {
+    format!("fp_kiln_{}", env!("CARGO_PKG_VERSION").replace('.', "_"))
+}
+
+fn usage(prompt: usize, completion: usize) -> Usage {
+    Usage::new(prompt as u32, completion as u32, 0, 0)
+}
+
+fn chat_token(tok: &ModelTokenizer, t: &TokenOut) -> TokenLogprob {
+    TokenLogprob {
+        token: tok.token_text(t.id),
+        logprob: t.logprob.unwrap_or(0.0),
+        bytes: Some(tok.token_bytes(t.id)),
+        top_logprobs: t
+            .top
+            .iter()
+            .map(|&(id, logprob)| TopLogprob {
+                token: tok.token_text(id),
+                logprob,
+                bytes: Some(tok.token_bytes(id)),
+            })
+            .collect(),
+    }
+}
+
+/// A chat completion as a stream of chunks.
+pub struct ChatStream {
+    pub(crate) header: StreamHeader,
+    pub(crate) generation: Generation,
+    pub(crate) tokenizer: std::sync::Arc<ModelTokenizer>,
+    pub(crate) logprobs: bool,
+    pub(crate) started: Vec<bool>,
+    pub(crate) queue: VecDeque<ChatCompletionChunk>,
+    pub(crate) finished: bool,
+}
+
+impl ChatStream {
+    fn chunk(&self, choices: Vec<ChunkChoice>, usage: Option<Usage>) -> ChatCompletionChunk {
+        let h = &self.header;
+        ChatCompletionChunk {
+            id: h.id.clone(),
+            object: ChatChunkObject::ChatCompletionChunk,
+            created: h.created,
+            model: h.model.clone(),
+            choices,
+            usage: h.include_usage.then_some(usage),
+            service_tier: h.service_tier,
+            system_fingerprint: h.system_fingerprint.clone(),
+        }
+    }
+
+    fn push_delta(&mut self, d: ChoiceDelta) {
+        let index = d.index as u32;
+        let logprobs = self.logprobs.then(|| ChatLogprobs {
+            content: Some(d.tokens.iter().map(|t| chat_token(&self.tokenizer, t)).collect()),
+            refusal: None,
+        });
+        let first = !std::mem::replace(&mut self.started[d.index], true);
+        if first || !d.text.is_empty() || !d.tokens.is_empty() {
+            let delta = Delta {
+                role: first.then_some(AssistantRole::Assistant),
+                content: Some(d.text),
+                ..Delta::default()
+            };
+            let choice = ChunkChoice {
+                index,
+                delta,
+                finish_reason: None,
+                logprobs,
+            };
+            self.queue.push_back(self.chunk(vec![choice], None));
+        }
+        if let Some(reason) = d.finish {
+            let choice = ChunkChoice {
+                index,
+                delta: Delta::default(),
+                finish_reason: Some(reason),
+                logprobs: None,
+            };
+            self.queue.push_back(self.chunk(vec![choice], None));
+        }
+    }
+
+    /// The next chunk; `None` when the stream is over. A device error ends the stream with that error.
+    pub async fn next(&mut self) -> Option<Result<ChatCompletionChunk, ApiError>> {
+        loop {
+            if let Some(c) = self.queue.pop_front() {
+                return Some(Ok(c));
+            }
+            if self.finished {
+                return None;
+            }
+            match self.generation.next().await {
+                Err(e) => {
+                    self.finished = true;
+                    return Some(Err(ApiError::internal(e.to_string())));
+                }
+                Ok(Some(deltas)) => deltas.into_iter().for_each(|d| self.push_delta(d)),
+                Ok(None) => {
+                    self.finished = true;
+                    if self.header.include_usage {
+                        let u = usage(self.generation.prompt_len(), self.generation.completion_tokens());
+                        self.queue.push_back(self.chunk(Vec::new(), Some(u)));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs the stream to its end and folds it into a `chat.completion` (the stream must include usage).
+    pub async fn collect(mut self) -> Result<ChatCompletion, ApiError> {
+        let mut choices: BTreeMap<u32, ChatChoice> = BTreeMap::new();
+        let mut total = None;
+        let header = self.header.clone();
+        while let Some(chunk) = self.next().await {
+            let chunk = chunk?;
+            if let Some(Some(u)) = chunk.usage {
+                total = Some(u);
+            }
+            for c in chunk.choices {
+                let entry = choices.entry(c.index).or_insert_with(|| ChatChoice {
+                    index: c.index,
+                    message: AssistantMessage::default(),
+                    finish_reason: FinishReason::Stop,
+                    logprobs: None,
+                });
+                if let Some(text) = c.delta.content {
+                    entry.message.content.get_or_insert_default().push_str(&text);
+                }
+                if let Some(lp) = c.logprobs {
+                    let all = entry.logprobs.get_or_insert_with(|| ChatLogprobs {
+                        content: Some(Vec::new()),
+                        refusal: None,
+                    });
+                    all.content
+                        .get_or_insert_default()
+                        .extend(lp.content.unwrap_or_default());
+                }
+                if let Some(reason) = c.finish_reason {
+                    entry.finish_reason = reason;
+                }
+            }
+        }
+        Ok(ChatCompletion {
+            id: header.id,
+            object: ChatCompletionObject::ChatCompletion,
+            created: header.created,
+            model: header.model,
+            choices: choices.into_values().collect(),
+            usage: total.ok_or_else(|| ApiError::internal("the stream ended without usage"))?,
+            service_tier: header.response_tier,
+            system_fingerprint: header.system_fingerprint,
+        })
+    }
+}
+
+/// One prompt of a completions request: its generation and what `echo` puts first.
+pub struct PromptRun {
+    pub generation: Generation,
+    /// The prompt's text when `echo`.
+    pub echo: Option<String>,
+    /// Choice indices start here (`prompt_index · n`).
+    pub first_index: usize,
+}
+
+/// A completions request (one or more prompts, `n` choices each) as a stream of chunks.
+pub struct CompletionStream {
+    pub(crate) header: StreamHeader,
+    pub(crate) runs: VecDeque<PromptRun>,
+    pub(crate) tokenizer: std::sync::Arc<ModelTokenizer>,
+    pub(crate) logprobs: bool,
+    pub(crate) queue: VecDeque<Completion>,
+    pub(crate) prompt_tokens: usize,
+    pub(crate) completion_tokens: usize,
+    pub(crate) started: bool,
+    pub(crate) finished: bool,
+}
+
+impl CompletionStream {
+    fn chunk(&self, choices: Vec<CompletionChoice>, usage: Option<Usage>) -> Completion {
+        let h = &self.header;
+        Completion {
+            id: h.id.clone(),
+            object: TextCompletionObject::TextCompletion,
+            created: h.created,
+            model: h.model.clone(),
+            choices,
+            usage,
+            service_tier: h.service_tier,
+            system_fingerprint: h.system_fingerprint.clone(),
+        }
+    }
+
+    fn logprobs_of(&self, tokens: &[TokenOut], offset: usize) -> CompletionLogprobs {
+        let mut lp = CompletionLogprobs::default();
+        for t in tokens {
+            lp.tokens.push(self.tokenizer.token_text(t.id));
+            lp.token_logprobs.push(t.logprob);
+            // The alternatives and, as OpenAI does, the chosen token (up to `logprobs + 1` entries).
+            lp.top_logprobs.push(t.logprob.map(|chosen| {
+                let mut top: BTreeMap<String, f32> = t
+                    .top
+                    .iter()
+                    .map(|&(id, l)| (self.tokenizer.token_text(id), l))
+                    .collect();
+                top.entry(self.tokenizer.token_text(t.id)).or_insert(chosen);
+                top
+            }));
+            lp.text_offset.push((offset + t.text_offset) as u32);
+        }
+        lp
+    }
+
+    /// The next chunk; `None` when the stream is over.
+    pub async fn next(&mut self) -> Option<Result<Completion, ApiError>> {
+        loop {
+            if let Some(c) = self.queue.pop_front() {
+                return Some(Ok(c));
+            }
+            if self.finished {
+                return None;
+            }
+            let Some(run) = self.runs.front_mut() else {
+                self.finished = true;
+                if self.header.include_usage {
+                    let u = usage(self.prompt_tokens, self.completion_tokens);
+                    self.queue.push_back(self.chunk(Vec::new(), Some(u)));
+                }
+                continue;
+            };
+            let step = run.generation.next().await;
+            let (first, echo) = (run.first_index, run.echo.clone());
+            match step {
+                Err(e) => {
+                    self.finished = true;
+                    return Some(Err(ApiError::internal(e.to_string())));
+                }
+                Ok(None) => {
+                    let done = self.runs.pop_front();
+                    if let Some(r) = done {
+                        self.prompt_tokens += r.generation.prompt_len();
+                        self.completion_tokens += r.generation.completion_tokens();
+                    }
+                    self.started = false;
+                }
+                Ok(Some(deltas)) => {
+                    let echo_chars = echo.as_ref().map_or(0, |e| e.chars().count());
+                    let prompt_tokens = std::mem::take(&mut run.generation.prompt_tokens_out);
+                    let first_step = !std::mem::replace(&mut self.started, true);
+                    for d in deltas {
+                        let mut text = String::new();
+                        let mut tokens = Vec::new();
+                        if first_step && let Some(e) = &echo {
+                            text.push_str(e);
+                            tokens.extend(prompt_tokens.iter().cloned());
+                        }
+                        let lp_prompt = self.logprobs_of(&tokens, 0);
+                        text.push_str(&d.text);
+                        let mut lp = self.logprobs_of(&d.tokens, echo_chars);
+                        if !tokens.is_empty() {
+                            let mut all = lp_prompt;
+                            all.tokens.append(&mut lp.tokens);
+                            all.token_logprobs.append(&mut lp.token_logprobs);
+                            all.top_logprobs.append(&mut lp.top_logprobs);
+                            all.text_offset.append(&mut lp.text_offset);
+                            lp = all;
+                        }
+                        let choice = CompletionChoice {
+                            index: (first + d.index) as u32,
+                            text,
+                            finish_reason: d.finish,
+                            logprobs: self.logprobs.then_some(lp),
+                        };
+                        self.queue.push_back(self.chunk(vec![choice], None));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs the stream to its end and folds it into a `text_completion` (the stream must include usage).
+    pub async fn collect(mut self) -> Result<Completion, ApiError> {
+        let mut choices: BTreeMap<u32, CompletionChoice> = BTreeMap::new();
+        let mut total = None;
+        let header = self.header.clone();
+        while let Some(chunk) = self.next().await {
+            let chunk = chunk?;
+            if chunk.usage.is_some() {
+                total = chunk.usage;
+            }
+            for c in chunk.choices {
+                let entry = choices.entry(c.index).or_insert_with(|| CompletionChoice {
+                    index: c.index,
+                    text: String::new(),
+                    finish_reason: None,
+                    logprobs: None,
+                });
+                entry.text.push_str(&c.text);
+                if let Some(mut lp) = c.logprobs {
+                    let all = entry.logprobs.get_or_insert_default();
+                    all.tokens.append(&mut lp.tokens);
+                    all.token_logprobs.append(&mut lp.token_logprobs);
+                    all.top_logprobs.append(&mut lp.top_logprobs);
+                    all.text_offset.append(&mut lp.text_offset);
+                }
+                if c.finish_reason.is_some() {
+                    entry.finish_reason = c.finish_reason;
+                }
+            }
+        }
+        Ok(Completion {
+            id: header.id,
+            object: TextCompletionObject::TextCompletion,
+            created: header.created,
+            model: header.model,
+            choices: choices.into_values().collect(),
+            usage: Some(total.ok_or_else(|| ApiError::internal("the stream ended without usage"))?),
+            service_tier: Some(header.response_tier),
+            system_fingerprint: header.system_fingerprint,
+        })
+    }
+}
