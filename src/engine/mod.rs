@@ -18,7 +18,7 @@ pub mod model;
 pub mod prompt;
 pub mod respond;
 
-pub use model::Model;
+pub use model::{HfFiles, Model};
 
 use crate::loader::LoadError;
 use crate::model::ForwardError;

@@ -16,11 +16,22 @@ use crate::api::response::response_id;
 use crate::api::unions::Prompt;
 use crate::api::validate::Common;
 use crate::api::{ApiError, ModelSpec, ValidChat, ValidCompletion};
-use crate::loader::{Gguf, GgufWeights, gguf_model};
-use crate::model::Decoder;
+use crate::loader::{Checkpoint, Gguf, GgufWeights, gguf_model};
+use crate::model::{Decoder, ModelConfig};
 use crate::sampling::Rng;
 use crate::tokenizer::time::now_secs;
-use crate::tokenizer::{ModelTokenizer, TemplateInputs};
+use crate::tokenizer::{HfTokenizerFiles, ModelTokenizer, TemplateInputs};
+
+/// The files of a Hugging Face model repository, as bytes.
+#[derive(Debug, Clone)]
+pub struct HfFiles<'a> {
+    pub config: &'a [u8],
+    /// `(file name, bytes)` of each safetensors file.
+    pub weights: Vec<(String, &'a [u8])>,
+    /// `model.safetensors.index.json` of a sharded checkpoint.
+    pub index: Option<&'a [u8]>,
+    pub tokenizer: HfTokenizerFiles<'a>,
+}
 
 /// A model ready to generate.
 #[derive(Debug)]
@@ -39,6 +50,26 @@ impl Model {
         let config = gguf_model::config(&file)?;
         let tokenizer = ModelTokenizer::from_gguf(&file)?;
         let mut weights = GgufWeights::new(&file, &config)?;
+        let decoder = Decoder::load(config, &mut weights, device)?;
+        Ok(Self {
+            id: id.to_owned(),
+            decoder,
+            tokenizer: Arc::new(tokenizer),
+        })
+    }
+
+    /// Loads a Hugging Face model: `config.json`, safetensors weights (one file, or shards with their
+    /// `model.safetensors.index.json`), and the tokenizer files.
+    pub fn from_hf(id: &str, files: HfFiles<'_>, device: &Device) -> Result<Self, EngineError> {
+        let config = ModelConfig::from_json(files.config).map_err(crate::loader::LoadError::from)?;
+        let tokenizer = ModelTokenizer::from_hf(HfTokenizerFiles {
+            config: Some(files.config),
+            ..files.tokenizer
+        })?;
+        let mut weights = match (files.index, files.weights.as_slice()) {
+            (None, [(_, bytes)]) => Checkpoint::single(bytes)?,
+            (index, _) => Checkpoint::shards(index, files.weights.clone())?,
+        };
         let decoder = Decoder::load(config, &mut weights, device)?;
         Ok(Self {
             id: id.to_owned(),

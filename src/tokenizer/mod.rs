@@ -7,9 +7,12 @@
 //! own special tokens (e.g. BOS).
 
 pub mod gguf;
+pub mod hf;
+mod pyfmt;
 pub mod template;
 pub mod time;
 
+pub use hf::HfTokenizerFiles;
 pub use template::{CHATML, ChatTemplate, TemplateError, TemplateInputs};
 
 use crate::loader::Gguf;
@@ -25,6 +28,8 @@ pub enum TokenizerError {
     Encode(String),
     #[error("detokenization failed: {0}")]
     Decode(String),
+    #[error("{0}")]
+    Files(String),
 }
 
 /// How vocabulary strings map to bytes (for logprobs' `bytes`).
