@@ -1,15 +1,19 @@
-//! Hugging Face chat templates (Jinja) rendered with `minijinja`, configured the way transformers'
-//! `apply_chat_template` configures Jinja2: `trim_blocks` and `lstrip_blocks` on, loop controls
-//! (`break`/`continue`), Python string/dict/list methods (`.strip()`, `.items()`, …), and the globals and
-//! filters real templates call: `raise_exception(msg)`, `strftime_now(fmt)`, and a `tojson` that writes what
-//! Python's `json.dumps(x, ensure_ascii=False)` writes (`", "` and `": "` separators, keys in their given
-//! order, no HTML escaping; `indent=` honoured).
+//! Hugging Face chat templates (Jinja) rendered with `minijinja` the way transformers' `apply_chat_template`
+//! renders them with Jinja2, byte for byte (checked on 69 real templates by `tests/chat_templates.rs`):
+//! `trim_blocks` and `lstrip_blocks`, loop controls, Python string/dict/list methods (`.strip()`, `.items()`,
+//! …), transformers' globals and tags (`raise_exception(msg)`, `strftime_now(fmt)`, `{% generation %}`), a
+//! `tojson` that writes what Python's `json.dumps` writes (every argument honoured), values printed and
+//! `| string`ed as Python's `str()` writes them (`True`, `None`, `{'a': 1}`), and Jinja2's `indent`,
+//! `length` (0 for undefined) and `iterable`/`sequence` tests.
 //!
-//! The context is `messages`, `add_generation_prompt`, `bos_token`, `eos_token`, and when given `tools` and
-//! any extra variables (e.g. `enable_thinking`). A model without a template gets [`CHATML`].
+//! The context is what `apply_chat_template` passes: `bos_token`, `eos_token`, the extra variables (e.g.
+//! `enable_thinking`), `messages` normalised as transformers normalises them, `tools` and `documents` (`none`
+//! when absent) and `add_generation_prompt`. A model without a template gets [`CHATML`].
 
 use minijinja::value::{Kwargs, Value};
 use minijinja::{Environment, Error, ErrorKind};
+
+use super::pyfmt::{indent, py_str, tojson};
 
 /// The documented default for models that ship no template: ChatML, as used by Qwen and SmolLM.
 pub const CHATML: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + \
@@ -69,28 +73,58 @@ impl ChatTemplate {
         env.add_function("strftime_now", |fmt: String| {
             Value::from(super::time::strftime_now(&fmt))
         });
+        env.add_function(GENERATION, generation);
         env.add_filter("tojson", tojson);
-        env.add_template_owned("chat", source.to_owned())
+        // Jinja2 prints and stringifies values the way Python's `str()` does (`True`, `None`, `{'a': 1}`).
+        env.set_formatter(|out, _state, value| match value.as_str() {
+            Some(s) => out.write_str(s).map_err(Error::from),
+            None => out.write_str(&py_str(value)).map_err(Error::from),
+        });
+        env.add_filter("string", |v: Value| py_str(&v));
+        // Jinja2's `Undefined` has length 0 (`message.content | length` on a message without content).
+        let length = |v: Value| match v.len() {
+            _ if v.is_undefined() => Ok(0),
+            Some(n) => Ok(n),
+            None => Err(Error::new(
+                ErrorKind::InvalidOperation,
+                format!("cannot calculate length of value of type {}", v.kind()),
+            )),
+        };
+        // Jinja2's tests: `none is iterable` is false and an undefined value is iterable; strings, dicts and
+        // undefined values are sequences (they have `len` and `__getitem__`).
+        env.add_test("iterable", |v: Value| {
+            v.is_undefined() || (!v.is_none() && v.try_iter().is_ok())
+        });
+        env.add_test("sequence", |v: Value| {
+            use minijinja::value::ValueKind as K;
+            matches!(v.kind(), K::String | K::Seq | K::Map | K::Undefined)
+        });
+        env.add_filter("indent", indent);
+        env.add_filter("length", length);
+        env.add_filter("count", length);
+        env.add_template_owned("chat", generation_tags(source))
             .map_err(|e| TemplateError::Syntax(detail(&e)))?;
         Ok(Self { env })
     }
 
-    /// Renders the prompt.
+    /// Renders the prompt with the variables transformers' `apply_chat_template` passes: the special tokens,
+    /// then `extra` (which may override them), then `messages` (keys whose value is null dropped, reasoning
+    /// copied to `thinking` and `reasoning_content`), `tools` and `documents` (`none` when absent, so `tools is
+    /// defined` holds as in Python) and `add_generation_prompt`.
     pub fn render(&self, inputs: &TemplateInputs) -> Result<String, TemplateError> {
-        let mut ctx = inputs.extra.clone();
-        ctx.insert(
-            "messages".into(),
-            serde_json::Value::Array(inputs.messages.clone()),
-        );
-        if let Some(tools) = &inputs.tools {
-            ctx.insert("tools".into(), serde_json::Value::Array(tools.clone()));
-        }
+        let mut ctx = serde_json::Map::new();
+        ctx.insert("bos_token".into(), inputs.bos_token.clone().into());
+        ctx.insert("eos_token".into(), inputs.eos_token.clone().into());
+        ctx.extend(inputs.extra.clone());
+        let messages = inputs.messages.iter().map(normalize_message).collect();
+        ctx.insert("messages".into(), serde_json::Value::Array(messages));
+        let tools = inputs.tools.clone().map(serde_json::Value::Array);
+        ctx.insert("tools".into(), tools.unwrap_or_default());
+        ctx.insert("documents".into(), serde_json::Value::Null);
         ctx.insert(
             "add_generation_prompt".into(),
             inputs.add_generation_prompt.into(),
         );
-        ctx.insert("bos_token".into(), inputs.bos_token.clone().into());
-        ctx.insert("eos_token".into(), inputs.eos_token.clone().into());
         let tmpl = self
             .env
             .get_template("chat")
@@ -105,6 +139,69 @@ impl ChatTemplate {
     }
 }
 
+/// A message as transformers hands it to the template: top-level keys whose value is null dropped
+/// (`_normalize_chat_messages`), and the reasoning (`reasoning_content`, else `thinking`, else `reasoning`)
+/// put under both names templates read, as `{"thinking": r, **message, "reasoning_content": r}` does
+/// (`_alias_reasoning_fields`).
+fn normalize_message(m: &serde_json::Value) -> serde_json::Value {
+    let Some(map) = m.as_object() else {
+        return m.clone();
+    };
+    let kept = map.iter().filter(|(_, v)| !v.is_null());
+    let kept: serde_json::Map<_, _> = kept.map(|(k, v)| (k.clone(), v.clone())).collect();
+    let reasoning = ["reasoning_content", "thinking", "reasoning"]
+        .iter()
+        .find_map(|k| kept.get(*k))
+        .cloned();
+    let Some(reasoning) = reasoning else {
+        return kept.into();
+    };
+    let mut out = serde_json::Map::new();
+    out.insert("thinking".into(), reasoning.clone());
+    out.extend(kept);
+    out.insert("reasoning_content".into(), reasoning);
+    out.into()
+}
+
+/// The function `{% generation %}` blocks become (see [`generation_tags`]).
+const GENERATION: &str = "__kiln_generation";
+
+/// transformers' `{% generation %}…{% endgeneration %}` tag (it marks assistant tokens and renders its body
+/// as a `call` block does, in its own scope) rewritten to `{% call __kiln_generation() %}…{% endcall %}`,
+/// whitespace control kept.
+fn generation_tags(source: &str) -> String {
+    let mut out = String::with_capacity(source.len());
+    let mut rest = source;
+    while let Some(at) = rest.find("{%") {
+        out.push_str(&rest[..at]);
+        rest = &rest[at..];
+        let inner = rest[2..].find("%}").map(|end| &rest[2..2 + end]);
+        let body = inner.map(|t| t.trim_start_matches(['-', '+']).trim_end_matches(['-', '+']));
+        let replacement = match body.map(str::trim) {
+            Some("generation") => format!("call {GENERATION}()"),
+            Some("endgeneration") => "endcall".to_owned(),
+            _ => {
+                out.push_str("{%");
+                rest = &rest[2..];
+                continue;
+            }
+        };
+        let (inner, body) = (inner.unwrap_or_default(), body.unwrap_or_default());
+        let open = &inner[..inner.len() - inner.trim_start_matches(['-', '+']).len()];
+        let close = &inner[open.len() + body.len()..];
+        out.push_str(&format!("{{%{open} {replacement} {close}%}}"));
+        rest = &rest[inner.len() + 4..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn generation(state: &minijinja::State, kwargs: Kwargs) -> Result<Value, Error> {
+    let caller: Value = kwargs.get("caller")?;
+    kwargs.assert_all_used()?;
+    caller.call(state, &[])
+}
+
 /// An error with its causes, on one line.
 fn detail(e: &Error) -> String {
     let mut out = e.to_string();
@@ -115,104 +212,6 @@ fn detail(e: &Error) -> String {
         source = s.source();
     }
     out
-}
-
-/// `tojson` as transformers defines it: `json.dumps(x, ensure_ascii=False, indent=indent)`.
-fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
-    let indent: Option<usize> = kwargs.get("indent")?;
-    let _: Option<bool> = kwargs.get("sort_keys")?;
-    let _: Option<Value> = kwargs.get("separators")?;
-    kwargs.assert_all_used()?;
-    let json = serde_json::to_value(&value)
-        .map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))?;
-    let mut out = String::new();
-    write_py_json(&json, indent, 0, &mut out);
-    Ok(Value::from_safe_string(out))
-}
-
-/// Python `json.dumps` formatting: `", "`/`": "` separators without indent, `","` + newline with it.
-fn write_py_json(v: &serde_json::Value, indent: Option<usize>, depth: usize, out: &mut String) {
-    use serde_json::Value as J;
-    let newline = |out: &mut String, depth: usize| {
-        if let Some(n) = indent {
-            out.push('\n');
-            out.push_str(&" ".repeat(n * depth));
-        }
-    };
-    let sep = if indent.is_some() { "," } else { ", " };
-    match v {
-        J::Null => out.push_str("null"),
-        J::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        J::Number(n) => match n.as_f64() {
-            Some(f) if n.is_f64() => out.push_str(&py_float(f)),
-            _ => out.push_str(&n.to_string()),
-        },
-        J::String(s) => py_string(s, out),
-        J::Array(items) if items.is_empty() => out.push_str("[]"),
-        J::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(sep);
-                }
-                newline(out, depth + 1);
-                write_py_json(item, indent, depth + 1, out);
-            }
-            newline(out, depth);
-            out.push(']');
-        }
-        J::Object(map) if map.is_empty() => out.push_str("{}"),
-        J::Object(map) => {
-            out.push('{');
-            for (i, (k, item)) in map.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(sep);
-                }
-                newline(out, depth + 1);
-                py_string(k, out);
-                out.push_str(": ");
-                write_py_json(item, indent, depth + 1, out);
-            }
-            newline(out, depth);
-            out.push('}');
-        }
-    }
-}
-
-/// Python's `repr(float)` for the values JSON can hold.
-fn py_float(f: f64) -> String {
-    if f.fract() == 0.0 && f.abs() < 1e16 {
-        format!("{f:.1}")
-    } else {
-        let s = format!("{f:?}");
-        // Rust writes `1e-5`, Python `1e-05`.
-        match s.split_once('e') {
-            Some((m, e)) => {
-                let (sign, digits) = e.strip_prefix('-').map_or(("+", e), |d| ("-", d));
-                format!("{m}e{sign}{digits:0>2}")
-            }
-            None => s,
-        }
-    }
-}
-
-/// A JSON string as Python writes it with `ensure_ascii=False`.
-fn py_string(s: &str, out: &mut String) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
 }
 
 #[cfg(test)]
@@ -271,5 +270,72 @@ mod tests {
             t.render(&i).unwrap(),
             "{\n    \"a\": [\n        1,\n        {}\n    ],\n    \"b\": {\n        \"c\": null\n    }\n}"
         );
+    }
+
+    /// Jinja2 behaviours kiln reproduces: (what, template, messages, variables, what transformers 5.24's
+    /// `apply_chat_template` with Jinja2 3.1.6 renders).
+    #[test]
+    fn jinja2_behaviours_match_transformers() {
+        let x = json!({"a": [1, 2.0, "it's", null, false], "b": "q\"'\n\u{a0}é"});
+        let repr = r#"{'a': [1, 2.0, "it's", None, False], 'b': 'q"\'\n\xa0é'}"#;
+        let cases = [
+            (
+                "{% generation %} renders its body in its own scope",
+                "{% set x = 1 %}{% for m in messages %}\n  {%- generation -%}\n  <{{ m.content }}>{% set x = 2 %}\n  \
+                 {%- endgeneration %}\n{% endfor %}{{ x }}",
+                json!([{"role": "user", "content": "hi"}]),
+                json!({}),
+                "<hi>1".to_owned(),
+            ),
+            (
+                "values print and stringify as Python's str()",
+                "{{ true }} {{ none }} {{ x }} {{ x | string }} {{ 1.5 }} {{ 2 }}",
+                json!([]),
+                json!({ "x": x }),
+                format!("True None {repr} {repr} 1.5 2"),
+            ),
+            (
+                "tojson honours ensure_ascii, separators, sort_keys and a string indent",
+                "{{ x | tojson(ensure_ascii=True) }}|{{ x | tojson(separators=(',', ':'), sort_keys=True) }}|\
+                 {{ x | tojson(indent='\t') }}",
+                json!([]),
+                json!({"x": {"z": "é😀\u{7f}", "a": [1, {"b": null}]}}),
+                "{\"z\": \"\\u00e9\\ud83d\\ude00\\u007f\", \"a\": [1, {\"b\": null}]}|\
+                 {\"a\":[1,{\"b\":null}],\"z\":\"é😀\u{7f}\"}|\
+                 {\n\t\"z\": \"é😀\u{7f}\",\n\t\"a\": [\n\t\t1,\n\t\t{\n\t\t\t\"b\": null\n\t\t}\n\t]\n}"
+                    .to_owned(),
+            ),
+            (
+                "length of undefined, iterable and sequence tests",
+                "{{ messages[0].content | length }}{{ none is iterable }}{{ undefined_thing is iterable }}\
+                 {{ 's' is sequence }}{{ {} is sequence }}{{ 3 is sequence }}",
+                json!([{"role": "user"}]),
+                json!({}),
+                "0FalseTrueTrueTrueFalse".to_owned(),
+            ),
+            (
+                "indent keeps the trailing newline",
+                "[{{ '{\\n' | indent(4, first=true) }}][{{ 'a\\n\\nb' | indent(2) }}]\
+                 [{{ 'a\\n\\nb\\n' | indent(width='> ', blank=true) }}]",
+                json!([]),
+                json!({}),
+                "[    {\n][a\n\n  b][a\n> \n> b\n> ]".to_owned(),
+            ),
+            (
+                "null keys dropped, reasoning aliased, tools and documents defined as none",
+                "{% for k, v in messages[0] | items %}{{ k }}={{ v }};{% endfor %}\
+                 {{ tools is defined }}{{ tools is none }}{{ documents is none }}",
+                json!([{"role": "assistant", "content": null, "reasoning": "r"}]),
+                json!({}),
+                "thinking=r;role=assistant;reasoning=r;reasoning_content=r;TrueTrueTrue".to_owned(),
+            ),
+        ];
+        for (what, src, messages, extra, expected) in cases {
+            let mut i = inputs(messages);
+            i.add_generation_prompt = false;
+            i.extra = extra.as_object().cloned().unwrap_or_default();
+            let out = ChatTemplate::new(src).unwrap().render(&i).unwrap();
+            assert_eq!(out, expected, "{what}");
+        }
     }
 }
