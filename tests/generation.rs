@@ -342,3 +342,20 @@ fn unsupported_features_are_refused_before_generation() {
     };
     assert_eq!(e.code, "context_length_exceeded");
 }
+
+#[test]
+fn streamed_deltas_never_split_a_utf8_character() {
+    let m = model();
+    // The fixture's byte tokens: id 3 + b is byte b. "é" is 0xC3 0xA9, "🦀" four bytes.
+    let mut detok = kiln::engine::detok::Detokenizer::default();
+    let mut pieces = Vec::new();
+    for b in "aé🦀".bytes() {
+        pieces.push(detok.push(&m.tokenizer, 3 + u32::from(b)).unwrap());
+    }
+    assert_eq!(pieces, ["a", "", "é", "", "", "", "🦀"]);
+    assert_eq!(detok.flush(&m.tokenizer).unwrap(), "");
+    // A dangling lead byte at the end is flushed as decoded.
+    let mut detok = kiln::engine::detok::Detokenizer::default();
+    assert_eq!(detok.push(&m.tokenizer, 3 + 0xC3).unwrap(), "");
+    assert_eq!(detok.flush(&m.tokenizer).unwrap(), "\u{FFFD}");
+}

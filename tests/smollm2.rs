@@ -7,6 +7,11 @@ mod real;
 use std::path::PathBuf;
 
 use burn::tensor::Device;
+use kiln::api::response::FinishReason;
+use kiln::api::{chat_request, completion_request};
+use kiln::engine::Model;
+use pollster::block_on;
+use serde_json::json;
 
 /// `$KILN_CACHE`, else `<repo>/.cache/kiln`.
 fn cache() -> PathBuf {
@@ -19,15 +24,83 @@ fn cache() -> PathBuf {
         })
 }
 
-#[test]
-fn smollm2_answers_the_capital_of_france() {
+fn model_bytes() -> Vec<u8> {
     let path = cache().join(real::SMOLLM2);
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| {
+    std::fs::read(&path).unwrap_or_else(|e| {
         panic!(
             "{}: {e}. The default model is fetched by `cargo xtask fetch` (and `cargo xtask test`).",
             path.display()
         )
-    });
-    let answer = pollster::block_on(real::capital_of_france(&bytes, &Device::flex()));
+    })
+}
+
+#[test]
+fn smollm2_answers_the_capital_of_france() {
+    let answer = pollster::block_on(real::capital_of_france(&model_bytes(), &Device::flex()));
     eprintln!("SmolLM2 (flex): {answer:?}");
+}
+
+#[test]
+fn smollm2_streams_samples_and_completes() {
+    let m = Model::from_gguf("smollm2-135m", &model_bytes(), &Device::flex()).unwrap();
+    let body = json!({
+        "model": "smollm2-135m",
+        "messages": [{"role": "system", "content": "Answer in French."},
+                     {"role": "user", "content": "Say hello and name a French dessert."}],
+        "max_tokens": 24, "temperature": 0.7, "seed": 42, "n": 2, "logprobs": true, "top_logprobs": 3,
+    });
+    let full = block_on(
+        m.chat(chat_request(body.clone(), &m.spec()).unwrap())
+            .unwrap()
+            .collect(),
+    )
+    .unwrap();
+    let mut streamed = body;
+    streamed["stream"] = json!(true);
+    let mut stream = m.chat(chat_request(streamed, &m.spec()).unwrap()).unwrap();
+    let mut texts = [String::new(), String::new()];
+    while let Some(chunk) = block_on(stream.next()) {
+        for c in chunk.unwrap().choices {
+            let piece = c.delta.content.unwrap_or_default();
+            assert!(
+                !piece.contains('\u{FFFD}'),
+                "a delta splits a character: {piece:?}"
+            );
+            texts[c.index as usize].push_str(&piece);
+        }
+    }
+    for (i, text) in texts.iter().enumerate() {
+        assert_eq!(Some(text), full.choices[i].message.content.as_ref(), "choice {i}");
+        let lp = full.choices[i]
+            .logprobs
+            .as_ref()
+            .unwrap()
+            .content
+            .as_ref()
+            .unwrap();
+        let bytes: Vec<u8> = lp.iter().flat_map(|t| t.bytes.clone().unwrap()).collect();
+        assert!(String::from_utf8_lossy(&bytes).starts_with(text.as_str()));
+    }
+    eprintln!("SmolLM2 sampled: {texts:?}");
+    // Completions: echo and a stop string.
+    let c = block_on(
+        m.complete(
+            completion_request(
+                json!({"model": "smollm2-135m", "prompt": "The capital of France is", "max_tokens": 16,
+                       "temperature": 0, "echo": true, "stop": ["."]}),
+                &m.spec(),
+            )
+            .unwrap(),
+        )
+        .unwrap()
+        .collect(),
+    )
+    .unwrap();
+    let text = &c.choices[0].text;
+    assert!(
+        text.starts_with("The capital of France is") && text.contains("Paris"),
+        "{text:?}"
+    );
+    assert!(!text.contains('.'), "cut before the stop string: {text:?}");
+    assert_eq!(c.choices[0].finish_reason, Some(FinishReason::Stop));
 }
