@@ -5,8 +5,10 @@
 #![cfg(not(target_arch = "wasm32"))]
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
+mod data;
+
+use data::cache;
 use kiln::tokenizer::{ChatTemplate, TemplateInputs};
 use serde_json::Value;
 
@@ -22,17 +24,6 @@ const REQUIRED: &[&str] = &[
     "mistralai-Mistral-Nemo-Instruct-2407.jinja",
     "microsoft-Phi-3.5-mini-instruct.jinja",
 ];
-
-/// `$KILN_CACHE`, else `<repo>/.cache/kiln`.
-fn cache() -> PathBuf {
-    std::env::var_os("KILN_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join(".cache")
-                .join("kiln")
-        })
-}
 
 /// Where `expected` and `got` first differ, with a little context around that byte.
 fn diff_hint(expected: &str, got: &str) -> String {
@@ -131,13 +122,7 @@ fn real_templates_render_like_transformers() {
             Err(e) => failures.push(format!("{name} / {scenario}: kiln failed: {e}")),
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} of {} chat template renderings differ from transformers:\n{}",
-        failures.len(),
-        cases.len(),
-        failures.join("\n")
-    );
+    data::assert_none(&failures, "chat template renderings vs transformers", cases.len());
     eprintln!(
         "{} renderings of {} templates match transformers byte for byte",
         cases.len(),

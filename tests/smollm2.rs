@@ -2,9 +2,8 @@
 //! right answer. Needs the data cache (`cargo xtask fetch`; `cargo xtask test` does it).
 #![cfg(not(target_arch = "wasm32"))]
 
+mod data;
 mod real;
-
-use std::path::PathBuf;
 
 use burn::tensor::Device;
 use kiln::api::response::FinishReason;
@@ -13,25 +12,8 @@ use kiln::engine::Model;
 use pollster::block_on;
 use serde_json::json;
 
-/// `$KILN_CACHE`, else `<repo>/.cache/kiln`.
-fn cache() -> PathBuf {
-    std::env::var_os("KILN_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join(".cache")
-                .join("kiln")
-        })
-}
-
 fn model_bytes() -> Vec<u8> {
-    let path = cache().join(real::SMOLLM2);
-    std::fs::read(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e}. The default model is fetched by `cargo xtask fetch` (and `cargo xtask test`).",
-            path.display()
-        )
-    })
+    data::read(real::SMOLLM2)
 }
 
 #[test]

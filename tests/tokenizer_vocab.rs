@@ -16,30 +16,11 @@
 //! these tests fail, they never skip.
 #![cfg(not(target_arch = "wasm32"))]
 
-use std::path::PathBuf;
+mod data;
 
+use data::read;
 use kiln::loader::Gguf;
 use kiln::tokenizer::gguf::{GgufTokenizer, GgufTokenizerError, tokenizer_from_gguf};
-
-fn cache() -> PathBuf {
-    std::env::var_os("KILN_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join(".cache")
-                .join("kiln")
-        })
-}
-
-fn read(relative: &str) -> Vec<u8> {
-    let path = cache().join(relative);
-    std::fs::read(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e}; run `cargo xtask fetch` to download the test data",
-            path.display()
-        )
-    })
-}
 
 fn load(bytes: &[u8]) -> Result<GgufTokenizer, GgufTokenizerError> {
     let gguf = Gguf::parse(bytes).expect("GGUF parses");
@@ -100,13 +81,7 @@ fn check(name: &str) {
             Err(e) => failures.push(format!("{input:?}: decode failed: {e}")),
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{name}: {} problems in {} strings:\n{}",
-        failures.len(),
-        cases.len(),
-        failures.join("\n")
-    );
+    data::assert_none(&failures, name, cases.len());
 }
 
 #[test]
