@@ -88,3 +88,85 @@ async fn smollm2_answers_on_webgpu() {
         (js_sys::Date::now() - start) / 1000.0
     );
 }
+
+/// A request object as JavaScript would pass it.
+fn js(value: serde_json::Value) -> wasm_bindgen::JsValue {
+    js_sys::JSON::parse(&value.to_string()).expect("JSON")
+}
+
+/// A JS value back as JSON.
+fn json(value: &wasm_bindgen::JsValue) -> serde_json::Value {
+    serde_json::from_str(&String::from(js_sys::JSON::stringify(value).expect("stringify"))).expect("JSON")
+}
+
+/// The facade the `Engine` wrapper drives: load from bytes, stream, collect, errors as OpenAI objects, on
+/// WebGPU and on the CPU backend (same greedy text).
+#[wasm_bindgen_test]
+async fn js_facade_streams_collects_and_refuses() {
+    use kiln::wasm::KilnModel;
+    let tiny = include_bytes!("fixtures/gguf/tiny-llama.gguf").to_vec();
+    let body = serde_json::json!({
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "Hello there"}],
+        "max_tokens": 12, "temperature": 0, "logit_bias": {"0": -100, "1": -100, "2": -100},
+    });
+    let mut texts = Vec::new();
+    for device in ["webgpu", "cpu"] {
+        let m = KilnModel::from_gguf("tiny".into(), tiny.clone(), Some(device.into()))
+            .await
+            .unwrap_or_else(|e| panic!("{device}: {}", json(&e)));
+        assert_eq!(
+            json(&m.device().unwrap())["kind"],
+            if device == "cpu" { "cpu" } else { "gpu" }
+        );
+        let full = JsFuture::from(m.chat_stream(js(body.clone())).unwrap().collect())
+            .await
+            .unwrap();
+        let full = json(&full);
+        assert_eq!(full["object"], "chat.completion");
+        assert_eq!(full["usage"]["completion_tokens"], 12);
+        let mut streamed = body.clone();
+        streamed["stream"] = serde_json::json!(true);
+        let stream = m.chat_stream(js(streamed)).unwrap();
+        let mut text = String::new();
+        loop {
+            let chunk = JsFuture::from(stream.next()).await.unwrap();
+            if chunk.is_undefined() {
+                break;
+            }
+            let chunk = json(&chunk);
+            assert_eq!(chunk["object"], "chat.completion.chunk");
+            text.push_str(
+                chunk["choices"][0]["delta"]["content"]
+                    .as_str()
+                    .unwrap_or_default(),
+            );
+        }
+        assert_eq!(serde_json::json!(text), full["choices"][0]["message"]["content"]);
+        texts.push(text);
+        // Invalid requests are refused before any device work, in OpenAI's error shape.
+        let e = m
+            .chat_stream(js(
+                serde_json::json!({"model": "tiny", "messages": [], "temperature": 9}),
+            ))
+            .err()
+            .unwrap();
+        let e = json(&e);
+        assert_eq!(e["status"], 422, "{e}");
+        assert_eq!(e["error"]["type"], "invalid_request_error");
+        let e = json(
+            &m.completion_stream(js(serde_json::json!({"model": "other", "prompt": "x"})))
+                .err()
+                .unwrap(),
+        );
+        assert_eq!(
+            (e["status"].clone(), e["error"]["code"].clone()),
+            (404.into(), "model_not_found".into())
+        );
+    }
+    console_log!("facade greedy text on WebGPU and CPU: {texts:?}");
+    assert_eq!(
+        texts[0], texts[1],
+        "the CPU fallback gives the same greedy text as WebGPU"
+    );
+}

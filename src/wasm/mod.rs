@@ -1,5 +1,13 @@
 //! The JavaScript facade: the only module that uses wasm-bindgen. It converts and forwards; the work is in
 //! [`crate::engine`].
+//!
+//! - `deviceReport(kind)`: a device and the numerical self-check on it.
+//! - [`engine`]: `KilnModel` (a loaded model; `chatStream` / `completionStream` validate a request and
+//!   return a `KilnStream` whose `next()` gives chunks and `collect()` the full response).
+
+pub mod engine;
+
+pub use engine::{KilnModel, KilnStream};
 
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
@@ -45,7 +53,7 @@ pub async fn device_report(kind: Option<String>) -> Result<JsValue, JsError> {
 }
 
 /// Sends Rust panics to the browser console, where they are otherwise reported as `unreachable`.
-fn install_panic_hook() {
+pub(crate) fn install_panic_hook() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let previous = std::panic::take_hook();

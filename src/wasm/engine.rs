@@ -1,0 +1,196 @@
+//! The engine's JavaScript surface below the `Engine` wrapper: a loaded model ([`KilnModel`]) and a request
+//! in flight ([`KilnStream`]). Conversion and plumbing only: requests arrive as plain JS objects (parsed and
+//! validated by [`crate::api`] before any device work), chunks and responses leave as plain JS objects in
+//! OpenAI's shapes, and errors leave as `{ status, error: { message, type, param, code } }`.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use serde::Serialize;
+use wasm_bindgen::prelude::*;
+
+use crate::api::{ApiError, chat_request, completion_request};
+use crate::engine::device::{self, DeviceInfo};
+use crate::engine::respond::{ChatStream, CompletionStream};
+use crate::engine::{EngineError, Model};
+
+/// Plain-object serialisation (maps as objects, `u64` as numbers), as JSON would give.
+fn to_js(value: &impl Serialize) -> Result<JsValue, JsValue> {
+    value
+        .serialize(&serde_wasm_bindgen::Serializer::json_compatible())
+        .map_err(|e| JsValue::from_str(&e.to_string()))
+}
+
+/// An OpenAI-shaped error object: `{ status, error: { message, type, param, code } }`.
+fn api_error(e: &ApiError) -> JsValue {
+    #[derive(Serialize)]
+    struct Shaped {
+        status: u16,
+        error: crate::api::error::ErrorObject,
+    }
+    to_js(&Shaped {
+        status: e.status(),
+        error: e.body().error,
+    })
+    .unwrap_or_else(|err| err)
+}
+
+/// A loading failure as an error object (status 400, code `model_load_failed`).
+fn load_error(e: &EngineError) -> JsValue {
+    api_error(&ApiError::cannot_serve(None, "model_load_failed", e.to_string()))
+}
+
+/// A model loaded on a device.
+#[wasm_bindgen]
+pub struct KilnModel {
+    model: Rc<Model>,
+    device: DeviceInfo,
+}
+
+/// A request's chunks, pulled one at a time, or collected into the full response.
+#[wasm_bindgen]
+pub struct KilnStream {
+    inner: Rc<RefCell<Option<Pending>>>,
+}
+
+enum Pending {
+    Chat(Box<ChatStream>),
+    Completion(CompletionStream),
+}
+
+#[wasm_bindgen]
+impl KilnModel {
+    /// Loads a single-file GGUF model from its bytes. `device` is `"webgpu"`, `"cpu"` or `"auto"` (the
+    /// default: WebGPU when the browser has an adapter, else the CPU backend). `id` is the name requests use
+    /// in `model`.
+    #[wasm_bindgen(js_name = fromGguf)]
+    pub async fn from_gguf(id: String, bytes: Vec<u8>, device: Option<String>) -> Result<KilnModel, JsValue> {
+        super::install_panic_hook();
+        let (device, info) = match device.as_deref().unwrap_or("auto") {
+            "webgpu" => {
+                let gpu = device::gpu()
+                    .await
+                    .map_err(|e| load_error(&EngineError::Device(e.to_string())))?;
+                (gpu.device, gpu.info)
+            }
+            "cpu" => device::cpu(),
+            "auto" => match device::gpu().await {
+                Ok(gpu) => (gpu.device, gpu.info),
+                Err(_) => device::cpu(),
+            },
+            other => {
+                return Err(api_error(&ApiError::invalid(
+                    "device",
+                    format!("`device` must be \"webgpu\", \"cpu\" or \"auto\", got {other:?}"),
+                )));
+            }
+        };
+        let model = Model::from_gguf(&id, &bytes, &device).map_err(|e| load_error(&e))?;
+        Ok(Self {
+            model: Rc::new(model),
+            device: info,
+        })
+    }
+
+    /// The id requests name in `model`.
+    #[wasm_bindgen(getter)]
+    pub fn id(&self) -> String {
+        self.model.id.clone()
+    }
+
+    /// The device the model runs on (`{ kind, backend, adapter, … }`).
+    #[wasm_bindgen(getter)]
+    pub fn device(&self) -> Result<JsValue, JsValue> {
+        to_js(&self.device)
+    }
+
+    /// Parses and validates a chat request (throws the error object when it does not validate) and
+    /// returns its stream; nothing runs on the device until the stream is pulled.
+    #[wasm_bindgen(js_name = chatStream)]
+    pub fn chat_stream(&self, body: JsValue) -> Result<KilnStream, JsValue> {
+        let body: serde_json::Value = serde_wasm_bindgen::from_value(body).map_err(|e| {
+            api_error(&ApiError::invalid_type(
+                None,
+                format!("the request is not a JSON object: {e}"),
+            ))
+        })?;
+        let req = chat_request(body, &self.model.spec()).map_err(|e| api_error(&e))?;
+        let stream = self.model.chat(req).map_err(|e| api_error(&e))?;
+        Ok(KilnStream::new(Pending::Chat(Box::new(stream))))
+    }
+
+    /// As [`KilnModel::chat_stream`], for `POST /v1/completions` requests.
+    #[wasm_bindgen(js_name = completionStream)]
+    pub fn completion_stream(&self, body: JsValue) -> Result<KilnStream, JsValue> {
+        let body: serde_json::Value = serde_wasm_bindgen::from_value(body).map_err(|e| {
+            api_error(&ApiError::invalid_type(
+                None,
+                format!("the request is not a JSON object: {e}"),
+            ))
+        })?;
+        let req = completion_request(body, &self.model.spec()).map_err(|e| api_error(&e))?;
+        let stream = self.model.complete(req).map_err(|e| api_error(&e))?;
+        Ok(KilnStream::new(Pending::Completion(stream)))
+    }
+}
+
+impl KilnStream {
+    fn new(p: Pending) -> Self {
+        Self {
+            inner: Rc::new(RefCell::new(Some(p))),
+        }
+    }
+
+    /// Takes the stream out for one await (a second concurrent call finds it busy instead of panicking).
+    fn take(inner: &Rc<RefCell<Option<Pending>>>) -> Result<Pending, JsValue> {
+        inner.borrow_mut().take().ok_or_else(|| {
+            api_error(&ApiError::cannot_serve(
+                None,
+                "stream_busy",
+                "this stream is already being read, collected or was closed",
+            ))
+        })
+    }
+}
+
+#[wasm_bindgen]
+impl KilnStream {
+    /// Resolves to the next chunk, or `undefined` when the stream is over; rejects with an error object.
+    pub fn next(&self) -> js_sys::Promise {
+        let inner = self.inner.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let mut pending = Self::take(&inner)?;
+            let out = match &mut pending {
+                Pending::Chat(s) => match s.next().await {
+                    None => Ok(JsValue::UNDEFINED),
+                    Some(Ok(chunk)) => to_js(&chunk),
+                    Some(Err(e)) => Err(api_error(&e)),
+                },
+                Pending::Completion(s) => match s.next().await {
+                    None => Ok(JsValue::UNDEFINED),
+                    Some(Ok(chunk)) => to_js(&chunk),
+                    Some(Err(e)) => Err(api_error(&e)),
+                },
+            };
+            *inner.borrow_mut() = Some(pending);
+            out
+        })
+    }
+
+    /// Resolves to the full response: the rest of the stream collected (`chat.completion` or
+    /// `text_completion`).
+    pub fn collect(&self) -> js_sys::Promise {
+        let inner = self.inner.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            match Self::take(&inner)? {
+                Pending::Chat(s) => to_js(&s.collect().await.map_err(|e| api_error(&e))?),
+                Pending::Completion(s) => to_js(&s.collect().await.map_err(|e| api_error(&e))?),
+            }
+        })
+    }
+
+    /// Drops the generation and its device buffers (abort).
+    pub fn close(&self) {
+        self.inner.borrow_mut().take();
+    }
+}
