@@ -1,6 +1,6 @@
-//! GGUF files: the tiny quantised Llama fixture (`tests/fixtures/make_gguf.py`, Q8_0/Q4_0/Q4_1/F16/BF16
-//! tensors) loads and its logits match transformers run on the dequantised weights; corrupted files give
-//! errors, never a panic or an allocation larger than 3× the file.
+//! GGUF files: the tiny quantised Llama, Qwen2 and Qwen3 fixtures (`tests/fixtures/make_gguf.py`,
+//! Q8_0/Q4_0/Q4_1/F16/BF16 tensors) load and their logits match transformers run on the dequantised
+//! weights; corrupted files give errors, never a panic or an allocation larger than 3× the file.
 #![cfg(not(target_arch = "wasm32"))]
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -53,6 +53,8 @@ const TINY: &[u8] = include_bytes!("fixtures/gguf/tiny-llama.gguf");
 const TINY_GOLDEN: &str = include_str!("fixtures/gguf/tiny-llama.golden.json");
 const TINY_QWEN2: &[u8] = include_bytes!("fixtures/gguf/tiny-qwen2.gguf");
 const TINY_QWEN2_GOLDEN: &str = include_str!("fixtures/gguf/tiny-qwen2.golden.json");
+const TINY_QWEN3: &[u8] = include_bytes!("fixtures/gguf/tiny-qwen3.gguf");
+const TINY_QWEN3_GOLDEN: &str = include_str!("fixtures/gguf/tiny-qwen3.golden.json");
 
 /// Logits of the quantised model must match the dequantised reference within this max-abs difference
 /// (the same f32 computation, so only summation order differs).
@@ -125,6 +127,11 @@ fn tiny_llama_gguf_matches_the_dequantised_reference() {
 #[test]
 fn tiny_qwen2_gguf_matches_the_dequantised_reference() {
     check_logits(TINY_QWEN2, TINY_QWEN2_GOLDEN, "tiny-qwen2.gguf");
+}
+
+#[test]
+fn tiny_qwen3_gguf_matches_the_dequantised_reference() {
+    check_logits(TINY_QWEN3, TINY_QWEN3_GOLDEN, "tiny-qwen3.gguf");
 }
 
 #[test]
