@@ -66,22 +66,11 @@ mod tests {
 
     #[test]
     fn seeded_streams_repeat_and_differ() {
-        let a: Vec<u64> = (0..4)
-            .map(|_| 0)
-            .scan(Rng::new(7, 0), |r, _: u64| Some(r.next_u64()))
-            .collect();
-        let b: Vec<u64> = (0..4)
-            .map(|_| 0)
-            .scan(Rng::new(7, 0), |r, _: u64| Some(r.next_u64()))
-            .collect();
-        let c: Vec<u64> = (0..4)
-            .map(|_| 0)
-            .scan(Rng::new(7, 1), |r, _: u64| Some(r.next_u64()))
-            .collect();
-        let d: Vec<u64> = (0..4)
-            .map(|_| 0)
-            .scan(Rng::new(8, 0), |r, _: u64| Some(r.next_u64()))
-            .collect();
+        let first4 = |seed, stream| {
+            let mut r = Rng::new(seed, stream);
+            (0..4).map(|_| r.next_u64()).collect::<Vec<_>>()
+        };
+        let (a, b, c, d) = (first4(7, 0), first4(7, 0), first4(7, 1), first4(8, 0));
         assert_eq!(a, b);
         assert_ne!(a, c);
         assert_ne!(a, d);

@@ -35,6 +35,16 @@ fn api_error(e: &ApiError) -> JsValue {
     .unwrap_or_else(|err| err)
 }
 
+/// A request object from JavaScript as JSON.
+fn request_json(body: JsValue) -> Result<serde_json::Value, JsValue> {
+    serde_wasm_bindgen::from_value(body).map_err(|e| {
+        api_error(&ApiError::invalid_type(
+            None,
+            format!("the request is not a JSON object: {e}"),
+        ))
+    })
+}
+
 /// A loading failure as an error object (status 400, code `model_load_failed`).
 fn load_error(e: &EngineError) -> JsValue {
     api_error(&ApiError::cannot_serve(None, "model_load_failed", e.to_string()))
@@ -108,12 +118,7 @@ impl KilnModel {
     /// returns its stream; nothing runs on the device until the stream is pulled.
     #[wasm_bindgen(js_name = chatStream)]
     pub fn chat_stream(&self, body: JsValue) -> Result<KilnStream, JsValue> {
-        let body: serde_json::Value = serde_wasm_bindgen::from_value(body).map_err(|e| {
-            api_error(&ApiError::invalid_type(
-                None,
-                format!("the request is not a JSON object: {e}"),
-            ))
-        })?;
+        let body = request_json(body)?;
         let req = chat_request(body, &self.model.spec()).map_err(|e| api_error(&e))?;
         let stream = self.model.chat(req).map_err(|e| api_error(&e))?;
         Ok(KilnStream::new(Pending::Chat(Box::new(stream))))
@@ -122,12 +127,7 @@ impl KilnModel {
     /// As [`KilnModel::chat_stream`], for `POST /v1/completions` requests.
     #[wasm_bindgen(js_name = completionStream)]
     pub fn completion_stream(&self, body: JsValue) -> Result<KilnStream, JsValue> {
-        let body: serde_json::Value = serde_wasm_bindgen::from_value(body).map_err(|e| {
-            api_error(&ApiError::invalid_type(
-                None,
-                format!("the request is not a JSON object: {e}"),
-            ))
-        })?;
+        let body = request_json(body)?;
         let req = completion_request(body, &self.model.spec()).map_err(|e| api_error(&e))?;
         let stream = self.model.complete(req).map_err(|e| api_error(&e))?;
         Ok(KilnStream::new(Pending::Completion(stream)))
