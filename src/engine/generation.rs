@@ -165,11 +165,8 @@ impl Generation {
                     text_offset: choice.chars,
                 });
             }
-            if self.tokenizer.stop_ids.contains(&picked.id) {
-                delta.text = choice.detok.flush(&self.tokenizer)?;
-                delta.text.push_str(&choice.stops.flush());
-                delta.finish = Some(FinishReason::Stop);
-            } else {
+            let end_of_generation = self.tokenizer.stop_ids.contains(&picked.id);
+            if !end_of_generation {
                 let piece = choice.detok.push(&self.tokenizer, picked.id)?;
                 choice.chars += piece.chars().count();
                 match choice.stops.push(&piece) {
@@ -180,7 +177,10 @@ impl Generation {
                     Matched::Release(text) => delta.text = text,
                 }
             }
-            if delta.finish.is_none() && (choice.generated >= self.params.max_new || room == 0) {
+            let out_of_room = choice.generated >= self.params.max_new || room == 0;
+            if delta.finish.is_none() && (end_of_generation || out_of_room) {
+                // The choice ends: what the detokenizer still holds goes through the stop strings, then
+                // whatever they held back is released.
                 let tail = choice.detok.flush(&self.tokenizer)?;
                 choice.chars += tail.chars().count();
                 match choice.stops.push(&tail) {
@@ -191,7 +191,11 @@ impl Generation {
                     Matched::Release(text) => {
                         delta.text.push_str(&text);
                         delta.text.push_str(&choice.stops.flush());
-                        delta.finish = Some(FinishReason::Length);
+                        delta.finish = Some(if end_of_generation {
+                            FinishReason::Stop
+                        } else {
+                            FinishReason::Length
+                        });
                     }
                 }
             }
