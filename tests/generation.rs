@@ -359,3 +359,16 @@ fn streamed_deltas_never_split_a_utf8_character() {
     assert_eq!(detok.push(&m.tokenizer, 3 + 0xC3).unwrap(), "");
     assert_eq!(detok.flush(&m.tokenizer).unwrap(), "\u{FFFD}");
 }
+
+#[test]
+fn a_cancelled_stream_stops_at_its_next_step() {
+    let m = model();
+    let mut body = chat_body(json!({"max_tokens": 20}));
+    body["stream"] = json!(true);
+    let mut stream = m.chat(chat_request(body, &m.spec()).unwrap()).unwrap();
+    assert!(block_on(stream.next()).unwrap().is_ok());
+    stream.cancel_handle().set();
+    let e = block_on(stream.next()).unwrap().unwrap_err();
+    assert_eq!(e.code, "request_aborted");
+    assert!(block_on(stream.next()).is_none(), "nothing after the abort");
+}

@@ -123,6 +123,16 @@ impl ApiError {
         Self::new(Status::Internal, "engine_error", None, message.into())
     }
 
+    /// 400 `request_aborted`: the caller aborted the request (JavaScript's AbortSignal).
+    pub fn aborted() -> Self {
+        Self::new(
+            Status::BadRequest,
+            "request_aborted",
+            None,
+            "the request was aborted".into(),
+        )
+    }
+
     /// The HTTP-equivalent status code.
     pub fn status(&self) -> u16 {
         self.status as u16

@@ -10,7 +10,7 @@ use burn::tensor::Device;
 
 use super::EngineError;
 use super::generation::{GenParams, Generation};
-use super::respond::{ChatStream, CompletionStream, PromptRun, StreamHeader, fingerprint};
+use super::respond::{Cancel, ChatStream, CompletionStream, PromptRun, StreamHeader, fingerprint};
 use crate::api::request::{ReasoningEffort, ResponseFormat};
 use crate::api::response::response_id;
 use crate::api::unions::Prompt;
@@ -158,6 +158,7 @@ impl Model {
             started: vec![false; n],
             queue: VecDeque::new(),
             finished: false,
+            cancel: Cancel::default(),
         })
     }
 
@@ -217,6 +218,7 @@ impl Model {
             completion_tokens: 0,
             started: false,
             finished: false,
+            cancel: Cancel::default(),
         })
     }
 }

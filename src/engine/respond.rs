@@ -16,6 +16,20 @@ use crate::api::request::ServiceTier;
 use crate::api::response::*;
 use crate::tokenizer::ModelTokenizer;
 
+/// Stops a stream between device steps, also while it is being collected (an abort from JavaScript).
+#[derive(Debug, Clone, Default)]
+pub struct Cancel(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Cancel {
+    pub fn set(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// What every chunk of a stream shares.
 #[derive(Debug, Clone)]
 pub struct StreamHeader {
@@ -65,9 +79,15 @@ pub struct ChatStream {
     pub(crate) started: Vec<bool>,
     pub(crate) queue: VecDeque<ChatCompletionChunk>,
     pub(crate) finished: bool,
+    pub(crate) cancel: Cancel,
 }
 
 impl ChatStream {
+    /// A handle that stops this stream at its next step.
+    pub fn cancel_handle(&self) -> Cancel {
+        self.cancel.clone()
+    }
+
     fn chunk(&self, choices: Vec<ChunkChoice>, usage: Option<Usage>) -> ChatCompletionChunk {
         let h = &self.header;
         ChatCompletionChunk {
@@ -117,6 +137,10 @@ impl ChatStream {
     /// The next chunk; `None` when the stream is over. A device error ends the stream with that error.
     pub async fn next(&mut self) -> Option<Result<ChatCompletionChunk, ApiError>> {
         loop {
+            if !self.finished && self.cancel.is_set() {
+                self.finished = true;
+                return Some(Err(ApiError::aborted()));
+            }
             if let Some(c) = self.queue.pop_front() {
                 return Some(Ok(c));
             }
@@ -207,9 +231,15 @@ pub struct CompletionStream {
     pub(crate) completion_tokens: usize,
     pub(crate) started: bool,
     pub(crate) finished: bool,
+    pub(crate) cancel: Cancel,
 }
 
 impl CompletionStream {
+    /// A handle that stops this stream at its next step.
+    pub fn cancel_handle(&self) -> Cancel {
+        self.cancel.clone()
+    }
+
     fn chunk(&self, choices: Vec<CompletionChoice>, usage: Option<Usage>) -> Completion {
         let h = &self.header;
         Completion {
@@ -247,6 +277,10 @@ impl CompletionStream {
     /// The next chunk; `None` when the stream is over.
     pub async fn next(&mut self) -> Option<Result<Completion, ApiError>> {
         loop {
+            if !self.finished && self.cancel.is_set() {
+                self.finished = true;
+                return Some(Err(ApiError::aborted()));
+            }
             if let Some(c) = self.queue.pop_front() {
                 return Some(Ok(c));
             }

@@ -11,7 +11,7 @@ use wasm_bindgen::prelude::*;
 
 use crate::api::{ApiError, chat_request, completion_request};
 use crate::engine::device::{self, DeviceInfo};
-use crate::engine::respond::{ChatStream, CompletionStream};
+use crate::engine::respond::{Cancel, ChatStream, CompletionStream};
 use crate::engine::{EngineError, Model};
 
 /// Plain-object serialisation (maps as objects, `u64` as numbers), as JSON would give.
@@ -61,6 +61,7 @@ pub struct KilnModel {
 #[wasm_bindgen]
 pub struct KilnStream {
     inner: Rc<RefCell<Option<Pending>>>,
+    cancel: Cancel,
 }
 
 enum Pending {
@@ -136,8 +137,13 @@ impl KilnModel {
 
 impl KilnStream {
     fn new(p: Pending) -> Self {
+        let cancel = match &p {
+            Pending::Chat(s) => s.cancel_handle(),
+            Pending::Completion(s) => s.cancel_handle(),
+        };
         Self {
             inner: Rc::new(RefCell::new(Some(p))),
+            cancel,
         }
     }
 
@@ -189,8 +195,10 @@ impl KilnStream {
         })
     }
 
-    /// Drops the generation and its device buffers (abort).
+    /// Aborts: a `next()` or `collect()` in flight stops at its next device step and rejects with
+    /// `request_aborted`; the generation and its device buffers are dropped.
     pub fn close(&self) {
+        self.cancel.set();
         self.inner.borrow_mut().take();
     }
 }

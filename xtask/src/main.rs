@@ -165,7 +165,7 @@ fn test() -> Result<(), String> {
                 .current_dir(&root)
                 .env("KILN_DEMO_URL", format!("http://{}/", server.addr))
                 .env("KILN_ARTIFACTS", &artifacts)
-                .args(["--test", "tests/e2e/demo.test.mjs"]))
+                .args(["--test", "tests/e2e/demo.test.mjs", "tests/e2e/engine.test.mjs"]))
         },
     );
 

@@ -1,6 +1,7 @@
 //! Builds the npm package into `pkg/`: `wasm-pack build --target web`, then the committed manifest
 //! `pkg.json` is merged over the `package.json` wasm-pack generated (its keys win; the version comes from
-//! `Cargo.toml`). `ts/api.d.ts` (the OpenAI wire types) is copied in beside the generated declarations.
+//! `Cargo.toml`). `ts/api.d.ts` (the OpenAI wire types) is copied in beside the generated declarations, and
+//! `js/index.js` + `js/index.d.ts` (the `Engine` API over the wasm module) as the entry point.
 
 use std::path::Path;
 
@@ -36,9 +37,12 @@ pub fn build(tools: &Tools, root: &Path, opt: Opt) -> Result<(), String> {
         cmd.arg("--no-opt");
     }
     run(&mut cmd)?;
-    // The OpenAI wire types, hand-written and checked by tsc; `kiln.d.ts` re-exports them.
-    let api = root.join("ts").join("api.d.ts");
-    std::fs::copy(&api, root.join("pkg").join("api.d.ts")).map_err(|e| format!("{}: {e}", api.display()))?;
+    // The OpenAI wire types, hand-written and checked by tsc; `kiln.d.ts` re-exports them. The `Engine` API
+    // (`js/index.js` and its types) is the package's entry point.
+    for (dir, file) in [("ts", "api.d.ts"), ("js", "index.js"), ("js", "index.d.ts")] {
+        let from = root.join(dir).join(file);
+        std::fs::copy(&from, root.join("pkg").join(file)).map_err(|e| format!("{}: {e}", from.display()))?;
+    }
     merge_manifest(&root.join("pkg.json"), &root.join("pkg").join("package.json"))
 }
 

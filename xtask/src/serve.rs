@@ -1,5 +1,6 @@
 //! A small static file server for the demo and the tests: `/pkg/...` from `pkg/`, `/models/...` from the data
-//! cache (the default model, see [`crate::data`]), everything else from `www/`, with the right MIME types
+//! cache (the default model, see [`crate::data`]), `/fixtures/...` from `tests/fixtures/` (the tiny models
+//! the package's e2e test loads), everything else from `www/`, with the right MIME types
 //! (`application/wasm` is needed for streaming compilation), the cross-origin isolation headers that
 //! threads in wasm will need, and CORS headers so the wasm tests (served by wasm-bindgen's runner on another
 //! port) can fetch the model. GET and HEAD only; loopback only.
@@ -27,6 +28,7 @@ struct Mounts {
     www: PathBuf,
     pkg: PathBuf,
     models: PathBuf,
+    fixtures: PathBuf,
 }
 
 /// Starts serving on 127.0.0.1:`port` (0: any free port) in a background thread; `/models/` serves `cache`.
@@ -38,6 +40,7 @@ pub fn start(root: &Path, cache: &Path, port: u16) -> Result<Server, String> {
         www: root.join("www"),
         pkg: root.join("pkg"),
         models: cache.to_path_buf(),
+        fixtures: root.join("tests").join("fixtures"),
     };
     let thread = std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
@@ -94,11 +97,15 @@ fn handle(stream: TcpStream, mounts: &Mounts) -> std::io::Result<()> {
 /// Maps a URL path to a file under a mount; `None` for anything that would leave them.
 fn resolve(path: &str, m: &Mounts) -> Option<PathBuf> {
     let path = percent_decode(path)?;
-    let (base, rest) = match (path.strip_prefix("/pkg/"), path.strip_prefix("/models/")) {
-        (Some(rest), _) => (&m.pkg, rest),
-        (_, Some(rest)) => (&m.models, rest),
-        _ => (&m.www, path.trim_start_matches('/')),
-    };
+    let mounts = [
+        ("/pkg/", &m.pkg),
+        ("/models/", &m.models),
+        ("/fixtures/", &m.fixtures),
+    ];
+    let (base, rest) = mounts
+        .iter()
+        .find_map(|(prefix, dir)| path.strip_prefix(prefix).map(|rest| (*dir, rest)))
+        .unwrap_or((&m.www, path.trim_start_matches('/')));
     let rel = Path::new(rest);
     if !rel.components().all(|c| matches!(c, Component::Normal(_))) {
         return None;
@@ -155,6 +162,7 @@ mod tests {
             www: root.join("www"),
             pkg: root.join("pkg"),
             models: root.join("xtask"),
+            fixtures: root.join("tests").join("fixtures"),
         };
         let www = &m.www;
         assert_eq!(resolve("/", &m), Some(www.join("index.html")));

@@ -22,3 +22,22 @@ export async function facade(bytes: Uint8Array): Promise<unknown> {
   stream.close();
   return [model.id, model.device, first, await model.completionStream({ model: 'tiny', prompt: 'x' }).collect()];
 }
+
+// The Engine API, as a web app imports it.
+import { Engine, KilnError } from '../../../pkg/index.js';
+
+export async function engine(): Promise<string | null> {
+  const e = await Engine.load({ model: 'tiny', source: '/m.gguf', device: 'auto', onProgress: (p) => void p.loaded });
+  const full: ChatCompletion = await e.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'hi' }] });
+  for await (const chunk of await e.chat.completions.create({ model: 'tiny', messages: [], stream: true })) {
+    const c: ChatCompletionChunk = chunk;
+    void c;
+  }
+  const done: Completion = await e.completions.create({ model: 'tiny', prompt: 'x' }, { signal: new AbortController().signal });
+  try {
+    await e.unload();
+  } catch (err) {
+    if (err instanceof KilnError) return err.code;
+  }
+  return full.choices[0].message.content ?? done.choices[0].text;
+}
