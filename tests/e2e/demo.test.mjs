@@ -3,20 +3,14 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { chromium } from 'playwright-core';
+import { launch } from './browser.mjs';
 
 const url = process.env.KILN_DEMO_URL;
 const artifacts = process.env.KILN_ARTIFACTS ?? '.';
 
 test('demo page runs burn on the WebGPU adapter and matches the host', { timeout: 600_000 }, async () => {
   assert.ok(url, 'KILN_DEMO_URL is set by cargo xtask test');
-  const browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    args: [
-      '--enable-unsafe-webgpu', '--no-sandbox', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync', '--no-first-run',
-    ],
-  });
+  const browser = await launch();
   try {
     const page = await browser.newPage();
     const logs = [];

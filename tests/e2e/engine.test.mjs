@@ -4,19 +4,13 @@
 // exact request, two concurrent requests (FIFO), and the CPU backend giving WebGPU's greedy text.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { chromium } from 'playwright-core';
+import { launch } from './browser.mjs';
 
 const url = process.env.KILN_DEMO_URL;
 
 test('Engine: load, create (full, stream), errors, abort, concurrency, CPU = WebGPU', { timeout: 600_000 }, async () => {
   assert.ok(url, 'KILN_DEMO_URL is set by cargo xtask test');
-  const browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    args: [
-      '--enable-unsafe-webgpu', '--no-sandbox', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync', '--no-first-run',
-    ],
-  });
+  const browser = await launch();
   try {
     const page = await browser.newPage();
     const logs = [];
