@@ -289,6 +289,16 @@ pub struct CompletionLogprobs {
     pub text_offset: Vec<u32>,
 }
 
+impl CompletionLogprobs {
+    /// Appends `other`'s positions after this one's.
+    pub fn append(&mut self, mut other: Self) {
+        self.tokens.append(&mut other.tokens);
+        self.token_logprobs.append(&mut other.token_logprobs);
+        self.top_logprobs.append(&mut other.top_logprobs);
+        self.text_offset.append(&mut other.text_offset);
+    }
+}
+
 /// A response id: `prefix` followed by 24 hex digits of `entropy` (from the caller's random source).
 pub fn response_id(prefix: &str, entropy: u128) -> String {
     format!("{prefix}{:024x}", entropy & ((1u128 << 96) - 1))

@@ -316,22 +316,13 @@ impl CompletionStream {
                     let first_step = !std::mem::replace(&mut self.started, true);
                     for d in deltas {
                         let mut text = String::new();
-                        let mut tokens = Vec::new();
+                        let mut lp = CompletionLogprobs::default();
                         if first_step && let Some(e) = &echo {
                             text.push_str(e);
-                            tokens.extend(prompt_tokens.iter().cloned());
+                            lp = self.logprobs_of(&prompt_tokens, 0);
                         }
-                        let lp_prompt = self.logprobs_of(&tokens, 0);
                         text.push_str(&d.text);
-                        let mut lp = self.logprobs_of(&d.tokens, echo_chars);
-                        if !tokens.is_empty() {
-                            let mut all = lp_prompt;
-                            all.tokens.append(&mut lp.tokens);
-                            all.token_logprobs.append(&mut lp.token_logprobs);
-                            all.top_logprobs.append(&mut lp.top_logprobs);
-                            all.text_offset.append(&mut lp.text_offset);
-                            lp = all;
-                        }
+                        lp.append(self.logprobs_of(&d.tokens, echo_chars));
                         let choice = CompletionChoice {
                             index: (first + d.index) as u32,
                             text,
@@ -363,12 +354,8 @@ impl CompletionStream {
                     logprobs: None,
                 });
                 entry.text.push_str(&c.text);
-                if let Some(mut lp) = c.logprobs {
-                    let all = entry.logprobs.get_or_insert_default();
-                    all.tokens.append(&mut lp.tokens);
-                    all.token_logprobs.append(&mut lp.token_logprobs);
-                    all.top_logprobs.append(&mut lp.top_logprobs);
-                    all.text_offset.append(&mut lp.text_offset);
+                if let Some(lp) = c.logprobs {
+                    entry.logprobs.get_or_insert_default().append(lp);
                 }
                 if c.finish_reason.is_some() {
                     entry.finish_reason = c.finish_reason;
