@@ -1,7 +1,7 @@
 // Types of kiln's JavaScript API (js/index.js). The OpenAI wire types come from ./api.d.ts.
 import type {
   ChatCompletion, ChatCompletionChunk, ChatCompletionCreateParamsNonStreaming, ChatCompletionCreateParamsStreaming,
-  Completion, CompletionCreateParamsNonStreaming, CompletionCreateParamsStreaming, KilnErrorBody,
+  Completion, CompletionChunk, CompletionCreateParamsNonStreaming, CompletionCreateParamsStreaming, KilnErrorBody,
 } from './api';
 
 export type * from './api';
@@ -15,17 +15,42 @@ export declare class KilnError extends Error {
   readonly code: string | null;
 }
 
+/**
+ * Loading progress, in bytes: `download` (fetched, across all files), `parse` (the file read), `upload`
+ * (weights handed to the device, as f32). Within a phase `loaded` only grows, and it ends at `total`.
+ */
 export interface LoadProgress {
-  phase: 'download' | 'upload';
+  phase: 'download' | 'parse' | 'upload';
   loaded: number;
   total: number;
+}
+
+/** A URL of a file, or its bytes. */
+export type FileSource = string | URL | Uint8Array | ArrayBuffer;
+
+/** The files of a Hugging Face model repository (safetensors weights), each a URL or bytes. */
+export interface HfSource {
+  /** `config.json`. */
+  config: FileSource;
+  /** `tokenizer.json`. */
+  tokenizer: FileSource;
+  /** `tokenizer_config.json` (special tokens, and the chat template in older repositories). */
+  tokenizerConfig?: FileSource;
+  /** `chat_template.jinja`, where the repository has one. */
+  chatTemplate?: FileSource;
+  /** `generation_config.json` (extra end-of-sequence ids). */
+  generationConfig?: FileSource;
+  /** `model.safetensors.index.json` of a sharded checkpoint. */
+  index?: FileSource;
+  /** The safetensors files; a shard's `name` is what `index` refers to (by default, the URL's file name). */
+  weights: (FileSource | { name?: string; url: string | URL } | { name: string; bytes: Uint8Array | ArrayBuffer })[];
 }
 
 export interface LoadOptions {
   /** The id requests name in `model`. */
   model: string;
-  /** A URL of a `.gguf` file, or its bytes. */
-  source: string | URL | Uint8Array | ArrayBuffer;
+  /** A URL of a `.gguf` file, or its bytes; or a Hugging Face model's files. */
+  source: FileSource | HfSource;
   onProgress?: (progress: LoadProgress) => void;
   /** Keep the download in the Cache API, keyed by URL. */
   cache?: boolean;
@@ -50,8 +75,8 @@ export interface DeviceInfo {
   limits: Record<string, number> | null;
 }
 
-export declare class Engine {
-  static load(options: LoadOptions): Promise<Engine>;
+/** What `Engine` and `WorkerEngine` share: the OpenAI-shaped endpoints over one loaded model. */
+export interface KilnEngine {
   readonly model: string;
   readonly device: DeviceInfo;
   readonly chat: {
@@ -61,8 +86,32 @@ export declare class Engine {
     };
   };
   readonly completions: {
-    create(request: CompletionCreateParamsStreaming, options?: RequestOptions): Promise<AsyncIterableIterator<Completion>>;
+    create(request: CompletionCreateParamsStreaming, options?: RequestOptions): Promise<AsyncIterableIterator<CompletionChunk>>;
     create(request: CompletionCreateParamsNonStreaming, options?: RequestOptions): Promise<Completion>;
   };
+  /** Frees the model's device memory; the engine cannot be used afterwards. */
+  unload(): Promise<void>;
+}
+
+/** A model running on this thread. */
+export declare class Engine implements KilnEngine {
+  static load(options: LoadOptions): Promise<Engine>;
+  readonly model: string;
+  readonly device: DeviceInfo;
+  readonly chat: KilnEngine['chat'];
+  readonly completions: KilnEngine['completions'];
+  unload(): Promise<void>;
+}
+
+/**
+ * A model running in a module Web Worker that imports `kiln-llm/worker`; the same interface, with chunks
+ * arriving over postMessage, so the page's main thread never runs model code.
+ */
+export declare class WorkerEngine implements KilnEngine {
+  static load(worker: Worker, options: LoadOptions): Promise<WorkerEngine>;
+  readonly model: string;
+  readonly device: DeviceInfo;
+  readonly chat: KilnEngine['chat'];
+  readonly completions: KilnEngine['completions'];
   unload(): Promise<void>;
 }

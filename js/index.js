@@ -29,39 +29,110 @@ function initOnce(wasm) {
   return ready;
 }
 
-/** Fetches `url` with byte progress, through the Cache API when `cache` is on (keyed by URL). */
-async function fetchBytes(url, cache, onProgress) {
-  const store = cache && globalThis.caches ? await caches.open('kiln-models') : null;
+const sourceError = (message, code = 'invalid_value') => new KilnError({
+  status: 400, error: { message, type: 'invalid_request_error', param: 'source', code },
+});
+
+const isBytes = (x) => x instanceof Uint8Array || x instanceof ArrayBuffer;
+const asBytes = (x) => (x instanceof Uint8Array ? x : new Uint8Array(x));
+const isUrl = (x) => typeof x === 'string' || x instanceof URL;
+
+/** Opens `url` (through the Cache API when `cache` is on, keyed by URL); the body is not read yet. */
+async function open(url, store) {
   let response = store ? await store.match(url) : undefined;
   if (!response) {
-    response = await fetch(url);
-    if (!response.ok) {
-      throw new KilnError({
-        status: 400,
-        error: { message: `fetching \`source\` ${url} failed: HTTP ${response.status}`, type: 'invalid_request_error', param: 'source', code: 'model_fetch_failed' },
-      });
+    try {
+      response = await fetch(url);
+    } catch (e) {
+      throw sourceError(`fetching \`source\` ${url} failed: ${e?.message ?? e}`, 'model_fetch_failed');
     }
+    if (!response.ok) throw sourceError(`fetching \`source\` ${url} failed: HTTP ${response.status}`, 'model_fetch_failed');
     if (store) await store.put(url, response.clone());
   }
-  const total = Number(response.headers.get('content-length')) || 0;
-  const reader = response.body.getReader();
-  const parts = [];
+  return response;
+}
+
+/**
+ * Fetches every URL of `items` (bytes pass through) with one byte count across them all: all requests are
+ * opened first so that `total` (the sum of their `content-length`s) is known before the first report.
+ */
+async function download(items, cache, onProgress) {
+  const store = cache && globalThis.caches && items.some(isUrl) ? await caches.open('kiln-models') : null;
+  const opened = await Promise.all(items.map((x) => (isUrl(x) ? open(String(x), store) : null)));
+  let total = opened.reduce((sum, r) => sum + (Number(r?.headers.get('content-length')) || 0), 0);
   let loaded = 0;
   onProgress?.({ phase: 'download', loaded, total });
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    parts.push(value);
-    loaded += value.length;
-    onProgress?.({ phase: 'download', loaded, total: Math.max(total, loaded) });
+  const out = [];
+  for (const [i, response] of opened.entries()) {
+    if (!response) {
+      out.push(asBytes(items[i]));
+      continue;
+    }
+    const reader = response.body.getReader();
+    const parts = [];
+    let size = 0;
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      parts.push(value);
+      size += value.length;
+      loaded += value.length;
+      total = Math.max(total, loaded);
+      onProgress?.({ phase: 'download', loaded, total });
+    }
+    const bytes = new Uint8Array(size);
+    let at = 0;
+    for (const p of parts) {
+      bytes.set(p, at);
+      at += p.length;
+    }
+    out.push(bytes);
   }
-  const bytes = new Uint8Array(loaded);
-  let at = 0;
-  for (const p of parts) {
-    bytes.set(p, at);
-    at += p.length;
+  onProgress?.({ phase: 'download', loaded: total, total });
+  return out;
+}
+
+const baseName = (url) => decodeURIComponent(new URL(String(url), globalThis.location?.href).pathname.split('/').pop());
+
+/**
+ * The files of a Hugging Face model: `{ config, tokenizer, tokenizerConfig?, chatTemplate?,
+ * generationConfig?, index?, weights }`, each a URL or bytes; `weights` a list of URLs, bytes, or
+ * `{ name, url | bytes }` (a shard's name is what `index` refers to).
+ */
+async function hfFiles(source, cache, onProgress) {
+  if (!Array.isArray(source.weights) || source.weights.length === 0) {
+    throw sourceError('`source.weights` must list the safetensors files (URLs or bytes)');
   }
-  return bytes;
+  const keys = ['config', 'tokenizer', 'tokenizerConfig', 'chatTemplate', 'generationConfig', 'index']
+    .filter((k) => source[k] !== undefined && source[k] !== null);
+  for (const k of Object.keys(source)) {
+    if (k !== 'weights' && !keys.includes(k)) throw sourceError(`\`source.${k}\` is not a model file kiln knows`);
+  }
+  const weights = source.weights.map((w, i) => {
+    if (isUrl(w)) return { name: baseName(w), item: w };
+    if (isBytes(w)) return { name: source.weights.length === 1 ? 'model.safetensors' : `model-${i}.safetensors`, item: w };
+    if (w && (isUrl(w.url) || isBytes(w.bytes))) return { name: w.name ?? baseName(w.url), item: w.url ?? w.bytes };
+    throw sourceError(`\`source.weights[${i}]\` is not a URL, bytes or { name, url | bytes }`);
+  });
+  const fetched = await download([...keys.map((k) => source[k]), ...weights.map((w) => w.item)], cache, onProgress);
+  const files = { weights: weights.map((w, i) => ({ name: w.name, bytes: fetched[keys.length + i] })) };
+  keys.forEach((k, i) => {
+    files[k] = k === 'chatTemplate' ? new TextDecoder().decode(fetched[i]) : fetched[i];
+  });
+  return files;
+}
+
+/** Reports the parse and upload phases from the wasm module's `(loaded, total)` upload callback. */
+function uploadReporter(onProgress, size) {
+  let parsed = false;
+  onProgress?.({ phase: 'parse', loaded: 0, total: size });
+  return (loaded, total) => {
+    if (!parsed) {
+      parsed = true;
+      onProgress?.({ phase: 'parse', loaded: size, total: size });
+    }
+    onProgress?.({ phase: 'upload', loaded, total });
+  };
 }
 
 /** A first-in, first-out lock: each request runs alone, in the order `create` was called. */
@@ -81,22 +152,36 @@ export class Engine {
   #queue = new Queue();
 
   /**
-   * Loads a model. `source`: a URL of a `.gguf` file, or its bytes (`Uint8Array` / `ArrayBuffer`).
-   * `device`: `'webgpu'`, `'cpu'` or `'auto'` (WebGPU when there is an adapter, else the CPU backend).
+   * Loads a model. `source`: a URL of a `.gguf` file, or its bytes (`Uint8Array` / `ArrayBuffer`), or a
+   * Hugging Face model's files `{ config, tokenizer, tokenizerConfig?, chatTemplate?, generationConfig?,
+   * index?, weights: [...] }` (URLs or bytes). `device`: `'webgpu'`, `'cpu'` or `'auto'` (WebGPU when there is
+   * an adapter, else the CPU backend). `onProgress({ phase, loaded, total })`: `download` (bytes fetched),
+   * `parse`, then `upload` (bytes of weights on the device).
    */
   static async load({ model, source, onProgress, cache = false, device = 'auto', wasm } = {}) {
-    await initOnce(wasm);
-    const bytes = source instanceof Uint8Array ? source
-      : source instanceof ArrayBuffer ? new Uint8Array(source)
-        : await fetchBytes(String(source), cache, onProgress);
-    onProgress?.({ phase: 'upload', loaded: 0, total: bytes.length });
-    let inner;
-    try {
-      inner = await KilnModel.fromGguf(model ?? 'default', bytes, device);
-    } catch (e) {
-      throw toError(e);
+    if (typeof model !== 'string' || model === '') {
+      throw new KilnError({ status: 400, error: { message: '`model` (the id requests name) must be a non-empty string', type: 'invalid_request_error', param: 'model', code: 'invalid_value' } });
     }
-    onProgress?.({ phase: 'upload', loaded: bytes.length, total: bytes.length });
+    await initOnce(wasm);
+    let inner;
+    if (isUrl(source) || isBytes(source)) {
+      const [bytes] = await download([source], cache, onProgress);
+      try {
+        inner = await KilnModel.fromGguf(model, bytes, device, uploadReporter(onProgress, bytes.length));
+      } catch (e) {
+        throw toError(e);
+      }
+    } else if (source && typeof source === 'object' && 'config' in source) {
+      const files = await hfFiles(source, cache, onProgress);
+      const size = files.weights.reduce((n, w) => n + w.bytes.length, 0);
+      try {
+        inner = await KilnModel.fromHf(model, files, device, uploadReporter(onProgress, size));
+      } catch (e) {
+        throw toError(e);
+      }
+    } else {
+      throw sourceError('`source` must be the URL or bytes of a .gguf file, or `{ config, tokenizer, weights, ... }`');
+    }
     return new Engine(inner);
   }
 
@@ -166,5 +251,152 @@ async function* chunks(stream, signal, release) {
   } finally {
     stream.close();
     release();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// WorkerEngine: the same interface, with the model inside a module Web Worker running `./worker.js`.
+// ---------------------------------------------------------------------------------------------------------
+
+/** An error as it crosses postMessage (structured clone keeps neither the class nor `status`/`error`). */
+export function errorMessage(e) {
+  if (e instanceof KilnError) return { kind: 'kiln', body: { status: e.status, error: e.error } };
+  if (e?.name === 'AbortError') return { kind: 'abort' };
+  return { kind: 'error', message: String(e?.message ?? e) };
+}
+
+function errorFromMessage(m) {
+  if (m.kind === 'kiln') return new KilnError(m.body);
+  if (m.kind === 'abort') return abortError();
+  return new Error(m.message);
+}
+
+/** The chunks of one streamed request arriving from the worker, as an async iterator. */
+class Channel {
+  #items = [];
+  #waiting = null;
+  push(item) {
+    if (this.#waiting) {
+      this.#waiting(item);
+      this.#waiting = null;
+    } else {
+      this.#items.push(item);
+    }
+  }
+  take() {
+    return this.#items.length ? Promise.resolve(this.#items.shift()) : new Promise((r) => { this.#waiting = r; });
+  }
+}
+
+export class WorkerEngine {
+  #worker;
+  #next = 1;
+  /** Request id → `{ resolve, reject, channel }`. */
+  #pending = new Map();
+
+  /**
+   * Loads a model inside `worker`, a module Worker running kiln's `worker.js` (`new Worker(new
+   * URL('kiln-llm/worker', import.meta.url), { type: 'module' })`, or a file of your own that imports
+   * `kiln-llm/worker`). `options` as for `Engine.load`; `onProgress` is called here, on this thread.
+   */
+  static async load(worker, { onProgress, ...options } = {}) {
+    const engine = new WorkerEngine(worker);
+    if (typeof options.source === 'string' || options.source instanceof URL) {
+      // The worker resolves relative URLs against its own script; the caller meant this page.
+      options.source = new URL(String(options.source), globalThis.location?.href).href;
+    }
+    const info = await engine.#call({ kiln: 'load', options, progress: Boolean(onProgress) }, onProgress);
+    engine.model = info.model;
+    engine.device = info.device;
+    return engine;
+  }
+
+  constructor(worker) {
+    this.#worker = worker;
+    worker.addEventListener('message', (event) => this.#receive(event.data));
+    worker.addEventListener('error', (event) => {
+      const error = new Error(`kiln worker failed: ${event.message ?? 'error'}`);
+      for (const p of this.#pending.values()) p.fail(error);
+      this.#pending.clear();
+    });
+    this.chat = { completions: { create: (request, options) => this.#create('chat', request, options) } };
+    this.completions = { create: (request, options) => this.#create('completion', request, options) };
+  }
+
+  /** Frees the model inside the worker (the worker itself stays yours to terminate). */
+  async unload() {
+    await this.#call({ kiln: 'unload' });
+  }
+
+  #receive(m) {
+    const p = this.#pending.get(m?.id);
+    if (!p) return;
+    switch (m.kiln) {
+      case 'progress': p.progress?.(m.progress); break;
+      case 'chunk': p.channel.push({ chunk: m.chunk }); break;
+      case 'end': p.channel.push({ end: true }); this.#pending.delete(m.id); break;
+      case 'stream': p.resolve(p.channel); break;
+      case 'result': p.resolve(m.value); this.#pending.delete(m.id); break;
+      case 'error': p.fail(errorFromMessage(m.error)); this.#pending.delete(m.id); break;
+      default: break;
+    }
+  }
+
+  /** Posts `message` with a fresh id; resolves with its `result` (or, for a stream, its channel). */
+  #call(message, progress) {
+    const id = this.#next++;
+    return new Promise((resolve, reject) => {
+      const entry = { resolve, progress, channel: new Channel() };
+      // Before the stream starts, a failure rejects the call; after, it ends the iterator with the error.
+      entry.fail = (error) => {
+        reject(error);
+        entry.channel.push({ error });
+      };
+      this.#pending.set(id, entry);
+      this.#worker.postMessage({ ...message, id });
+    });
+  }
+
+  async #create(kind, request, { signal } = {}) {
+    if (signal?.aborted) throw abortError();
+    const id = this.#next;
+    const onAbort = () => this.#worker.postMessage({ kiln: 'abort', id });
+    signal?.addEventListener('abort', onAbort, { once: true });
+    let result;
+    try {
+      result = await this.#call({ kiln: 'create', kind, request });
+    } catch (e) {
+      signal?.removeEventListener('abort', onAbort);
+      throw signal?.aborted ? abortError() : e;
+    }
+    if (!request?.stream) {
+      signal?.removeEventListener('abort', onAbort);
+      return result;
+    }
+    return this.#chunks(id, result, signal, onAbort);
+  }
+
+  async* #chunks(id, channel, signal, onAbort) {
+    let finished = false;
+    try {
+      for (;;) {
+        if (signal?.aborted) throw abortError();
+        const item = await channel.take();
+        if (signal?.aborted) throw abortError();
+        if (item.error) throw item.error;
+        if (item.end) {
+          finished = true;
+          return;
+        }
+        yield item.chunk;
+      }
+    } finally {
+      signal?.removeEventListener('abort', onAbort);
+      if (!finished) {
+        // Ended early (break, abort, error): stop the generation in the worker.
+        this.#pending.delete(id);
+        this.#worker.postMessage({ kiln: 'abort', id });
+      }
+    }
   }
 }

@@ -112,7 +112,7 @@ async fn js_facade_streams_collects_and_refuses() {
     });
     let mut texts = Vec::new();
     for device in ["webgpu", "cpu"] {
-        let m = KilnModel::from_gguf("tiny".into(), tiny.clone(), Some(device.into()))
+        let m = KilnModel::from_gguf("tiny".into(), tiny.clone(), Some(device.into()), None)
             .await
             .unwrap_or_else(|e| panic!("{device}: {}", json(&e)));
         assert_eq!(

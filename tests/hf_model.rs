@@ -19,21 +19,34 @@ struct Golden {
     greedy_ids: Vec<u32>,
 }
 
-/// A real `tokenizer.json` of 512 tokens: the tiny GGUF fixture's tokenizer, serialised.
+/// A real `tokenizer.json` of 512 tokens, committed beside the golden tiny Llama (the browser tests load
+/// the directory by URL): the tiny GGUF fixture's tokenizer, serialised (checked below).
 fn tokenizer_json() -> String {
+    include_str!("fixtures/golden/llama/tokenizer.json").to_owned()
+}
+
+/// The committed `tokenizer.json` is the GGUF fixture's tokenizer serialised by the `tokenizers` crate.
+/// `KILN_BLESS=1` rewrites it.
+#[test]
+fn committed_tokenizer_json_is_the_gguf_fixtures() {
     let g = Gguf::parse(include_bytes!("fixtures/gguf/tiny-llama.gguf")).unwrap();
-    tokenizer_from_gguf(&g)
+    let json = tokenizer_from_gguf(&g)
         .unwrap()
         .tokenizer
-        .to_string(false)
+        .to_string(true)
         .unwrap()
+        + "\n";
+    if std::env::var_os("KILN_BLESS").is_some() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/golden/llama/tokenizer.json");
+        std::fs::write(path, &json).unwrap();
+    }
+    assert_eq!(json, tokenizer_json(), "run with KILN_BLESS=1 to rewrite it");
 }
 
 #[test]
 fn hf_files_load_and_greedy_equals_transformers() {
     let json = tokenizer_json();
-    let tokenizer_config = br#"{"eos_token": {"content": "<|im_end|>"}, "bos_token": "<|im_start|>",
-        "chat_template": "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"}"#;
+    let tokenizer_config = include_bytes!("fixtures/golden/llama/tokenizer_config.json");
     let generation_config = br#"{"eos_token_id": [2, 0]}"#;
     let files = HfFiles {
         config: include_bytes!("fixtures/golden/llama/config.json"),

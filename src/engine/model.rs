@@ -16,7 +16,7 @@ use crate::api::response::response_id;
 use crate::api::unions::Prompt;
 use crate::api::validate::Common;
 use crate::api::{ApiError, ModelSpec, ValidChat, ValidCompletion};
-use crate::loader::{Checkpoint, Gguf, GgufWeights, gguf_model};
+use crate::loader::{Checkpoint, Gguf, GgufWeights, Reporting, gguf_model};
 use crate::model::{Decoder, ModelConfig};
 use crate::sampling::Rng;
 use crate::tokenizer::time::now_secs;
@@ -46,11 +46,23 @@ impl Model {
     /// Loads a single-file GGUF model: config, weights (dequantised to f32 on `device`), tokenizer and chat
     /// template all come from the file.
     pub fn from_gguf(id: &str, bytes: &[u8], device: &Device) -> Result<Self, EngineError> {
+        Self::from_gguf_reporting(id, bytes, device, &mut |_, _| {})
+    }
+
+    /// [`Model::from_gguf`], reporting `(loaded, total)` bytes of weights handed to the device as it goes.
+    pub fn from_gguf_reporting(
+        id: &str,
+        bytes: &[u8],
+        device: &Device,
+        on_upload: &mut dyn FnMut(u64, u64),
+    ) -> Result<Self, EngineError> {
         let file = Gguf::parse(bytes).map_err(crate::loader::LoadError::from)?;
         let config = gguf_model::config(&file)?;
         let tokenizer = ModelTokenizer::from_gguf(&file)?;
         let mut weights = GgufWeights::new(&file, &config)?;
-        let decoder = Decoder::load(config, &mut weights, device)?;
+        let mut reporting = Reporting::new(&mut weights, on_upload);
+        let decoder = Decoder::load(config, &mut reporting, device)?;
+        reporting.finish();
         Ok(Self {
             id: id.to_owned(),
             decoder,
@@ -61,6 +73,16 @@ impl Model {
     /// Loads a Hugging Face model: `config.json`, safetensors weights (one file, or shards with their
     /// `model.safetensors.index.json`), and the tokenizer files.
     pub fn from_hf(id: &str, files: HfFiles<'_>, device: &Device) -> Result<Self, EngineError> {
+        Self::from_hf_reporting(id, files, device, &mut |_, _| {})
+    }
+
+    /// [`Model::from_hf`], reporting `(loaded, total)` bytes of weights handed to the device as it goes.
+    pub fn from_hf_reporting(
+        id: &str,
+        files: HfFiles<'_>,
+        device: &Device,
+        on_upload: &mut dyn FnMut(u64, u64),
+    ) -> Result<Self, EngineError> {
         let config = ModelConfig::from_json(files.config).map_err(crate::loader::LoadError::from)?;
         let tokenizer = ModelTokenizer::from_hf(HfTokenizerFiles {
             config: Some(files.config),
@@ -70,7 +92,9 @@ impl Model {
             (None, [(_, bytes)]) => Checkpoint::single(bytes)?,
             (index, _) => Checkpoint::shards(index, files.weights.clone())?,
         };
-        let decoder = Decoder::load(config, &mut weights, device)?;
+        let mut reporting = Reporting::new(&mut weights, on_upload);
+        let decoder = Decoder::load(config, &mut reporting, device)?;
+        reporting.finish();
         Ok(Self {
             id: id.to_owned(),
             decoder,

@@ -236,6 +236,14 @@ impl Weights for GgufWeights<'_, '_> {
             .find(|n| !self.taken.contains(*n))
             .cloned()
     }
+
+    fn total_elements(&self) -> usize {
+        self.file
+            .tensors
+            .iter()
+            .map(|(_, t)| t.dims.iter().product::<usize>())
+            .sum()
+    }
 }
 
 #[cfg(test)]

@@ -23,6 +23,56 @@ pub trait Weights {
     fn take(&mut self, name: &str, expected: &[usize]) -> Result<Vec<f32>, LoadError>;
     /// The first tensor nobody took, if any (in the checkpoint's own naming).
     fn leftover(&self) -> Option<String>;
+    /// The number of values across all the checkpoint's tensors (what loading will take, at most).
+    fn total_elements(&self) -> usize;
+}
+
+/// A [`Weights`] that reports loading progress: after each tensor taken, `on_progress(loaded, total)` in
+/// bytes of f32 values handed to the device. `loaded` only grows; [`Reporting::finish`] reports the total.
+pub struct Reporting<'w, 'f> {
+    inner: &'w mut dyn Weights,
+    loaded: u64,
+    total: u64,
+    on_progress: &'f mut dyn FnMut(u64, u64),
+}
+
+impl<'w, 'f> Reporting<'w, 'f> {
+    pub fn new(inner: &'w mut dyn Weights, on_progress: &'f mut dyn FnMut(u64, u64)) -> Self {
+        let total = 4 * inner.total_elements() as u64;
+        on_progress(0, total);
+        Self {
+            inner,
+            loaded: 0,
+            total,
+            on_progress,
+        }
+    }
+
+    /// Reports the end of loading (`loaded == total`).
+    pub fn finish(self) {
+        (self.on_progress)(self.total, self.total);
+    }
+}
+
+impl Weights for Reporting<'_, '_> {
+    fn contains(&self, name: &str) -> bool {
+        self.inner.contains(name)
+    }
+
+    fn take(&mut self, name: &str, expected: &[usize]) -> Result<Vec<f32>, LoadError> {
+        let values = self.inner.take(name, expected)?;
+        self.loaded = (self.loaded + 4 * values.len() as u64).min(self.total);
+        (self.on_progress)(self.loaded, self.total);
+        Ok(values)
+    }
+
+    fn leftover(&self) -> Option<String> {
+        self.inner.leftover()
+    }
+
+    fn total_elements(&self) -> usize {
+        self.inner.total_elements()
+    }
 }
 
 /// Weights could not be loaded.
@@ -128,6 +178,14 @@ impl Weights for Checkpoint<'_> {
             .keys()
             .find(|n| !self.taken.contains(*n) && !n.ends_with("rotary_emb.inv_freq"))
             .cloned()
+    }
+
+    fn total_elements(&self) -> usize {
+        self.files
+            .iter()
+            .flat_map(|f| f.tensors.values())
+            .map(|t| t.shape.iter().product::<usize>())
+            .sum()
     }
 }
 

@@ -12,7 +12,9 @@ use wasm_bindgen::prelude::*;
 use crate::api::{ApiError, chat_request, completion_request};
 use crate::engine::device::{self, DeviceInfo};
 use crate::engine::respond::{Cancel, ChatStream, CompletionStream};
-use crate::engine::{EngineError, Model};
+use crate::engine::{EngineError, HfFiles, Model};
+use crate::tokenizer::HfTokenizerFiles;
+use burn::tensor::Device;
 
 /// Plain-object serialisation (maps as objects, `u64` as numbers), as JSON would give.
 fn to_js(value: &impl Serialize) -> Result<JsValue, JsValue> {
@@ -50,6 +52,42 @@ fn load_error(e: &EngineError) -> JsValue {
     api_error(&ApiError::cannot_serve(None, "model_load_failed", e.to_string()))
 }
 
+/// An invalid `source` (status 400, param `source`).
+fn source_error(message: String) -> JsValue {
+    api_error(&ApiError::invalid("source", message))
+}
+
+/// The device named by `device` (`"webgpu"`, `"cpu"` or `"auto"`, the default) with its description.
+async fn choose_device(device: Option<&str>) -> Result<(Device, DeviceInfo), JsValue> {
+    match device.unwrap_or("auto") {
+        "webgpu" => {
+            let gpu = device::gpu()
+                .await
+                .map_err(|e| load_error(&EngineError::Device(e.to_string())))?;
+            Ok((gpu.device, gpu.info))
+        }
+        "cpu" => Ok(device::cpu()),
+        "auto" => match device::gpu().await {
+            Ok(gpu) => Ok((gpu.device, gpu.info)),
+            Err(_) => Ok(device::cpu()),
+        },
+        other => Err(api_error(&ApiError::invalid(
+            "device",
+            format!("`device` must be \"webgpu\", \"cpu\" or \"auto\", got {other:?}"),
+        ))),
+    }
+}
+
+/// Calls the JavaScript `on_upload(loaded, total)` (if any) as weights reach the device.
+fn reporter(on_upload: Option<js_sys::Function>) -> impl FnMut(u64, u64) {
+    move |loaded, total| {
+        if let Some(f) = &on_upload {
+            // A throwing callback must not abort the load.
+            let _ = f.call2(&JsValue::NULL, &(loaded as f64).into(), &(total as f64).into());
+        }
+    }
+}
+
 /// A model loaded on a device.
 #[wasm_bindgen]
 pub struct KilnModel {
@@ -73,30 +111,90 @@ enum Pending {
 impl KilnModel {
     /// Loads a single-file GGUF model from its bytes. `device` is `"webgpu"`, `"cpu"` or `"auto"` (the
     /// default: WebGPU when the browser has an adapter, else the CPU backend). `id` is the name requests use
-    /// in `model`.
+    /// in `model`. `onUpload(loaded, total)`, when given, is called as weights reach the device (bytes).
     #[wasm_bindgen(js_name = fromGguf)]
-    pub async fn from_gguf(id: String, bytes: Vec<u8>, device: Option<String>) -> Result<KilnModel, JsValue> {
+    pub async fn from_gguf(
+        id: String,
+        bytes: Vec<u8>,
+        device: Option<String>,
+        on_upload: Option<js_sys::Function>,
+    ) -> Result<KilnModel, JsValue> {
         super::install_panic_hook();
-        let (device, info) = match device.as_deref().unwrap_or("auto") {
-            "webgpu" => {
-                let gpu = device::gpu()
-                    .await
-                    .map_err(|e| load_error(&EngineError::Device(e.to_string())))?;
-                (gpu.device, gpu.info)
+        let (device, info) = choose_device(device.as_deref()).await?;
+        let mut report = reporter(on_upload);
+        let model =
+            Model::from_gguf_reporting(&id, &bytes, &device, &mut report).map_err(|e| load_error(&e))?;
+        Ok(Self {
+            model: Rc::new(model),
+            device: info,
+        })
+    }
+
+    /// Loads a Hugging Face model from the bytes of its files: `{ config, tokenizer, tokenizerConfig?,
+    /// chatTemplate?, generationConfig?, index?, weights: [{ name, bytes }] }` (`Uint8Array`s, except
+    /// `chatTemplate`, a string). `device`, `id` and `onUpload` as for `fromGguf`.
+    #[wasm_bindgen(js_name = fromHf)]
+    pub async fn from_hf(
+        id: String,
+        files: JsValue,
+        device: Option<String>,
+        on_upload: Option<js_sys::Function>,
+    ) -> Result<KilnModel, JsValue> {
+        super::install_panic_hook();
+        let bytes = |key: &str, required: bool| -> Result<Option<Vec<u8>>, JsValue> {
+            let v = js_sys::Reflect::get(&files, &key.into()).unwrap_or(JsValue::UNDEFINED);
+            if v.is_undefined() || v.is_null() {
+                return match required {
+                    true => Err(source_error(format!("`source.{key}` is missing"))),
+                    false => Ok(None),
+                };
             }
-            "cpu" => device::cpu(),
-            "auto" => match device::gpu().await {
-                Ok(gpu) => (gpu.device, gpu.info),
-                Err(_) => device::cpu(),
-            },
-            other => {
-                return Err(api_error(&ApiError::invalid(
-                    "device",
-                    format!("`device` must be \"webgpu\", \"cpu\" or \"auto\", got {other:?}"),
-                )));
+            match v.dyn_into::<js_sys::Uint8Array>() {
+                Ok(a) => Ok(Some(a.to_vec())),
+                Err(_) => Err(source_error(format!("`source.{key}` is not bytes"))),
             }
         };
-        let model = Model::from_gguf(&id, &bytes, &device).map_err(|e| load_error(&e))?;
+        let config = bytes("config", true)?.unwrap_or_default();
+        let tokenizer = bytes("tokenizer", true)?.unwrap_or_default();
+        let tokenizer_config = bytes("tokenizerConfig", false)?;
+        let generation_config = bytes("generationConfig", false)?;
+        let index = bytes("index", false)?;
+        let chat_template = js_sys::Reflect::get(&files, &"chatTemplate".into())
+            .ok()
+            .and_then(|v| v.as_string());
+        let list = js_sys::Reflect::get(&files, &"weights".into()).unwrap_or(JsValue::UNDEFINED);
+        if !js_sys::Array::is_array(&list) {
+            return Err(source_error(
+                "`source.weights` must be an array of `{ name, bytes }`".into(),
+            ));
+        }
+        let mut weights = Vec::new();
+        for (i, item) in js_sys::Array::from(&list).iter().enumerate() {
+            let name = js_sys::Reflect::get(&item, &"name".into())
+                .ok()
+                .and_then(|v| v.as_string())
+                .ok_or_else(|| source_error(format!("`source.weights[{i}].name` is not a string")))?;
+            let data = js_sys::Reflect::get(&item, &"bytes".into())
+                .ok()
+                .and_then(|v| v.dyn_into::<js_sys::Uint8Array>().ok())
+                .ok_or_else(|| source_error(format!("`source.weights[{i}].bytes` is not bytes")))?;
+            weights.push((name, data.to_vec()));
+        }
+        let (device, info) = choose_device(device.as_deref()).await?;
+        let files = HfFiles {
+            config: &config,
+            weights: weights.iter().map(|(n, b)| (n.clone(), b.as_slice())).collect(),
+            index: index.as_deref(),
+            tokenizer: HfTokenizerFiles {
+                tokenizer_json: &tokenizer,
+                tokenizer_config: tokenizer_config.as_deref(),
+                chat_template: chat_template.as_deref(),
+                config: None,
+                generation_config: generation_config.as_deref(),
+            },
+        };
+        let mut report = reporter(on_upload);
+        let model = Model::from_hf_reporting(&id, files, &device, &mut report).map_err(|e| load_error(&e))?;
         Ok(Self {
             model: Rc::new(model),
             device: info,

@@ -1,98 +1,184 @@
-// End-to-end test of the package's `Engine` API (js/index.js over the wasm module) in headless Debian
-// Chromium with WebGPU on SwiftShader, as a web app uses it: load a GGUF from a URL with progress, the full
-// and streaming paths of both endpoints, validation errors as KilnError, abort mid-stream followed by an
-// exact request, two concurrent requests (FIFO), and the CPU backend giving WebGPU's greedy text.
+// End-to-end test of the package's JavaScript API (js/index.js and js/worker.js over the wasm module) in
+// headless Debian Chromium with WebGPU on SwiftShader, as a web app uses it, once with `Engine` (the model on
+// the page's thread) and once with `WorkerEngine` (the model in a module Web Worker): load a GGUF from a URL
+// with progress, the full and streaming paths of both endpoints, validation errors as KilnError, abort
+// mid-stream followed by an exact request, two concurrent requests (FIFO), the CPU backend giving WebGPU's
+// greedy text, and a Hugging Face model (config.json + tokenizer files + safetensors) loaded by URL.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { launch } from './browser.mjs';
 
 const url = process.env.KILN_DEMO_URL;
 
-test('Engine: load, create (full, stream), errors, abort, concurrency, CPU = WebGPU', { timeout: 600_000 }, async () => {
-  assert.ok(url, 'KILN_DEMO_URL is set by cargo xtask test');
-  const browser = await launch();
+/** Runs in the page: every case through `Engine` (`mode: 'main'`) or `WorkerEngine` (`mode: 'worker'`). */
+async function cases(mode) {
+  const { Engine, WorkerEngine, KilnError } = await import('/pkg/index.js');
+  const workers = [];
+  const load = (options) => {
+    if (mode === 'main') return Engine.load(options);
+    const worker = new Worker('/pkg/worker.js', { type: 'module' });
+    workers.push(worker);
+    return WorkerEngine.load(worker, options);
+  };
   try {
-    const page = await browser.newPage();
-    const logs = [];
-    page.on('console', (m) => logs.push(`[${m.type()}] ${m.text()}`));
-    page.on('pageerror', (e) => logs.push(`[pageerror] ${e.message}`));
-    await page.goto(new URL('pkg/package.json', url).href);
-    const result = await page.evaluate(async () => {
-      const { Engine, KilnError } = await import('/pkg/index.js');
-      const progress = [];
-      const engine = await Engine.load({
-        model: 'tiny', source: '/fixtures/gguf/tiny-llama.gguf', device: 'webgpu',
-        onProgress: (p) => progress.push(p),
-      });
-      const noSpecial = { 0: -100, 1: -100, 2: -100 };
-      const req = { model: 'tiny', messages: [{ role: 'user', content: 'Hello' }], max_tokens: 10, temperature: 0, logit_bias: noSpecial };
-      const full = await engine.chat.completions.create(req);
-      let streamed = '';
-      let chunks = 0;
-      for await (const c of await engine.chat.completions.create({ ...req, stream: true })) {
-        chunks += 1;
-        streamed += c.choices[0]?.delta?.content ?? '';
-      }
-      const completion = await engine.completions.create({ model: 'tiny', prompt: 'Once upon', max_tokens: 6, temperature: 0, logit_bias: noSpecial });
-      let completionStreamed = '';
-      for await (const c of await engine.completions.create({ model: 'tiny', prompt: 'Once upon', max_tokens: 6, temperature: 0, logit_bias: noSpecial, stream: true })) {
-        completionStreamed += c.choices[0]?.text ?? '';
-      }
-      let error;
-      try {
-        await engine.chat.completions.create({ model: 'tiny', messages: [], temperature: 7 });
-      } catch (e) {
-        error = { isKilnError: e instanceof KilnError, name: e.name, status: e.status, param: e.param, code: e.code, type: e.error?.type };
-      }
-      // Abort in mid-stream, then a request whose output must be exact.
-      const controller = new AbortController();
-      let aborted = null;
-      let seen = 0;
-      try {
-        for await (const c of await engine.chat.completions.create({ ...req, max_tokens: 40, stream: true }, { signal: controller.signal })) {
-          seen += 1;
-          if (seen === 3) controller.abort();
-          void c;
-        }
-      } catch (e) {
-        aborted = e.name;
-      }
-      const after = await engine.chat.completions.create(req);
-      // Two concurrent requests complete, in order, each correct.
-      const [a, b] = await Promise.all([
-        engine.chat.completions.create(req),
-        engine.completions.create({ model: 'tiny', prompt: 'Once upon', max_tokens: 6, temperature: 0, logit_bias: noSpecial }),
-      ]);
-      const cpu = await Engine.load({ model: 'tiny', source: '/fixtures/gguf/tiny-llama.gguf', device: 'cpu' });
-      const onCpu = await cpu.chat.completions.create(req);
-      await cpu.unload();
-      return {
-        progress, device: engine.device, full, streamed, chunks, completion, completionStreamed, error,
-        aborted, seen, after, a, b, onCpu,
-      };
+    const progress = [];
+    const engine = await load({
+      model: 'tiny', source: '/fixtures/gguf/tiny-llama.gguf', device: 'webgpu',
+      onProgress: (p) => progress.push(p),
     });
-    const text = (r) => r.choices[0].message.content;
-    console.log('device:', JSON.stringify(result.device), 'text:', JSON.stringify(text(result.full)));
-    assert.equal(result.device.kind, 'gpu', logs.join('\n'));
-    const downloads = result.progress.filter((p) => p.phase === 'download');
-    assert.ok(downloads.length >= 2);
-    assert.ok(downloads.every((p, i) => i === 0 || p.loaded >= downloads[i - 1].loaded), 'monotonic bytes');
-    assert.equal(downloads.at(-1).loaded, downloads.at(-1).total, 'progress reaches the total');
-    assert.equal(result.full.object, 'chat.completion');
-    assert.equal(result.full.usage.completion_tokens, 10);
-    assert.equal(result.streamed, text(result.full), 'streamed = full');
-    assert.ok(result.chunks >= 3);
-    assert.equal(result.completion.object, 'text_completion');
-    assert.equal(result.completionStreamed, result.completion.choices[0].text);
-    assert.deepEqual(result.error, { isKilnError: true, name: 'KilnError', status: 422, param: result.error.param, code: result.error.code, type: 'invalid_request_error' });
-    assert.ok(result.error.param, 'the error names the field');
-    assert.equal(result.aborted, 'AbortError');
-    assert.equal(result.seen, 3, 'no chunk after the abort');
-    assert.equal(text(result.after), text(result.full), 'the request after an abort is exact');
-    assert.equal(text(result.a), text(result.full));
-    assert.equal(result.b.choices[0].text, result.completion.choices[0].text);
-    assert.equal(text(result.onCpu), text(result.full), 'the CPU backend gives the same greedy text');
+    const noSpecial = { 0: -100, 1: -100, 2: -100 };
+    const req = { model: 'tiny', messages: [{ role: 'user', content: 'Hello' }], max_tokens: 10, temperature: 0, logit_bias: noSpecial };
+    const full = await engine.chat.completions.create(req);
+    let streamed = '';
+    let chunks = 0;
+    for await (const c of await engine.chat.completions.create({ ...req, stream: true })) {
+      chunks += 1;
+      streamed += c.choices[0]?.delta?.content ?? '';
+    }
+    const completion = await engine.completions.create({ model: 'tiny', prompt: 'Once upon', max_tokens: 6, temperature: 0, logit_bias: noSpecial });
+    let completionStreamed = '';
+    for await (const c of await engine.completions.create({ model: 'tiny', prompt: 'Once upon', max_tokens: 6, temperature: 0, logit_bias: noSpecial, stream: true })) {
+      completionStreamed += c.choices[0]?.text ?? '';
+    }
+    let error;
+    try {
+      await engine.chat.completions.create({ model: 'tiny', messages: [], temperature: 7 });
+    } catch (e) {
+      error = { isKilnError: e instanceof KilnError, name: e.name, status: e.status, param: e.param, code: e.code, type: e.error?.type };
+    }
+    // Abort in mid-stream, then a request whose output must be exact.
+    const controller = new AbortController();
+    let aborted = null;
+    let seen = 0;
+    try {
+      for await (const c of await engine.chat.completions.create({ ...req, max_tokens: 40, stream: true }, { signal: controller.signal })) {
+        seen += 1;
+        if (seen === 3) controller.abort();
+        void c;
+      }
+    } catch (e) {
+      aborted = e.name;
+    }
+    // Abort of a non-streamed request before it starts (queued behind another).
+    const early = new AbortController();
+    const running = engine.chat.completions.create(req);
+    const queued = engine.chat.completions.create(req, { signal: early.signal }).then(() => 'resolved', (e) => e.name);
+    early.abort();
+    const [runningDone, queuedAbort] = await Promise.all([running, queued]);
+    const after = await engine.chat.completions.create(req);
+    // Two concurrent requests complete, in order, each correct.
+    const [a, b] = await Promise.all([
+      engine.chat.completions.create(req),
+      engine.completions.create({ model: 'tiny', prompt: 'Once upon', max_tokens: 6, temperature: 0, logit_bias: noSpecial }),
+    ]);
+    const device = engine.device;
+    await engine.unload();
+    const cpu = await load({ model: 'tiny', source: '/fixtures/gguf/tiny-llama.gguf', device: 'cpu' });
+    const onCpu = await cpu.chat.completions.create(req);
+    const cpuDevice = cpu.device;
+    await cpu.unload();
+    // A Hugging Face directory by URL: the golden tiny Llama with its tokenizer files.
+    const hfProgress = [];
+    const dir = '/fixtures/golden/llama/';
+    const hf = await load({
+      model: 'tiny-hf',
+      source: { config: `${dir}config.json`, tokenizer: `${dir}tokenizer.json`, tokenizerConfig: `${dir}tokenizer_config.json`, weights: [`${dir}model.safetensors`] },
+      device: 'webgpu',
+      onProgress: (p) => hfProgress.push(p),
+    });
+    const golden = await (await fetch(`${dir}golden.json`)).json();
+    const vocab = (await (await fetch(`${dir}tokenizer.json`)).json()).model.vocab;
+    const pieces = Object.fromEntries(Object.entries(vocab).map(([piece, id]) => [id, piece]));
+    golden.greedy_pieces = golden.greedy_ids.map((id) => pieces[id]);
+    const hfCompletion = await hf.completions.create({
+      model: 'tiny-hf', prompt: golden.prompt_ids, max_tokens: golden.greedy_ids.length, temperature: 0, logprobs: 0,
+    });
+    await hf.unload();
+    return {
+      progress, device, full, streamed, chunks, completion, completionStreamed, error, aborted, seen,
+      runningDone, queuedAbort, after, a, b, onCpu, cpuDevice, hfProgress, hfCompletion, golden,
+    };
   } finally {
-    await browser.close();
+    for (const w of workers) w.terminate();
   }
-});
+}
+
+/** GPT-2's byte-level alphabet: the character standing for each byte. */
+const byteChars = (() => {
+  const bytes = [];
+  for (let b = 0; b < 256; b++) if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255)) bytes.push(b);
+  const chars = bytes.slice();
+  let n = 0;
+  for (let b = 0; b < 256; b++) {
+    if (!bytes.includes(b)) {
+      bytes.push(b);
+      chars.push(256 + n++);
+    }
+  }
+  return new Map(chars.map((c, i) => [String.fromCodePoint(c), bytes[i]]));
+})();
+
+/** A byte-level BPE piece as the text of its bytes (a partial UTF-8 sequence shows as U+FFFD, as in OpenAI's logprobs). */
+const byteLevelText = (piece) => new TextDecoder().decode(Uint8Array.from([...piece].map((c) => byteChars.get(c))));
+
+/** Each phase's reports: `loaded` never decreases and the last one reaches `total`. */
+function assertProgress(progress, what) {
+  const phases = [...new Set(progress.map((p) => p.phase))];
+  assert.deepEqual(phases, ['download', 'parse', 'upload'], `${what}: phases in order`);
+  for (const phase of phases) {
+    const reports = progress.filter((p) => p.phase === phase);
+    assert.ok(reports.every((p, i) => i === 0 || p.loaded >= reports[i - 1].loaded), `${what}: ${phase} bytes are monotonic`);
+    assert.ok(reports.at(-1).total > 0 && reports.at(-1).loaded === reports.at(-1).total, `${what}: ${phase} reaches its total`);
+  }
+  assert.ok(progress.filter((p) => p.phase === 'upload').length > 3, `${what}: upload reported per tensor`);
+}
+
+for (const mode of (process.env.KILN_E2E_MODES ?? 'main,worker').split(',')) {
+  test(`${mode === 'main' ? 'Engine' : 'WorkerEngine'}: load, create (full, stream), errors, abort, concurrency, CPU = WebGPU, HF source`, { timeout: 600_000 }, async () => {
+    assert.ok(url, 'KILN_DEMO_URL is set by cargo xtask test');
+    const browser = await launch();
+    try {
+      const page = await browser.newPage();
+      const logs = [];
+      page.on('console', (m) => logs.push(`[${m.type()}] ${m.text()}`));
+      page.on('pageerror', (e) => logs.push(`[pageerror] ${e.message}`));
+      await page.goto(new URL('pkg/package.json', url).href);
+      let r;
+      try {
+        r = await page.evaluate(cases, mode);
+      } catch (e) {
+        throw new Error(`${e.message}\n${logs.join('\n')}`);
+      }
+      const text = (x) => x.choices[0].message.content;
+      console.log(mode, 'device:', JSON.stringify(r.device), 'text:', JSON.stringify(text(r.full)));
+      assert.equal(r.device.kind, 'gpu', logs.join('\n'));
+      assertProgress(r.progress, 'GGUF');
+      assert.equal(r.full.object, 'chat.completion');
+      assert.equal(r.full.usage.completion_tokens, 10);
+      assert.equal(r.streamed, text(r.full), 'streamed = full');
+      assert.ok(r.chunks >= 3);
+      assert.equal(r.completion.object, 'text_completion');
+      assert.equal(r.completionStreamed, r.completion.choices[0].text);
+      assert.deepEqual(r.error, { isKilnError: true, name: 'KilnError', status: 422, param: r.error.param, code: r.error.code, type: 'invalid_request_error' });
+      assert.ok(r.error.param, 'the error names the field');
+      assert.equal(r.aborted, 'AbortError');
+      assert.equal(r.seen, 3, 'no chunk after the abort');
+      assert.equal(text(r.runningDone), text(r.full), 'the request ahead of an aborted one completes');
+      assert.equal(r.queuedAbort, 'AbortError', 'a queued request aborted before its turn rejects');
+      assert.equal(text(r.after), text(r.full), 'the request after an abort is exact');
+      assert.equal(text(r.a), text(r.full));
+      assert.equal(r.b.choices[0].text, r.completion.choices[0].text);
+      assert.equal(r.cpuDevice.kind, 'cpu');
+      assert.equal(text(r.onCpu), text(r.full), 'the CPU backend gives the same greedy text');
+      assertProgress(r.hfProgress, 'HF');
+      assert.equal(r.hfProgress.filter((p) => p.phase === 'download').at(-1).total > 429_000, true, 'download counts every file');
+      // The golden model's greedy continuation equals transformers' (the same prompt ids, temperature 0).
+      const tokens = r.hfCompletion.choices[0].logprobs.tokens;
+      const expected = r.golden.greedy_pieces.map(byteLevelText);
+      assert.deepEqual(tokens, expected, 'greedy tokens on WebGPU = transformers');
+      assert.equal(r.hfCompletion.usage.prompt_tokens, r.golden.prompt_ids.length);
+    } finally {
+      await browser.close();
+    }
+  });
+}

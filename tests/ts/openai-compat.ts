@@ -319,7 +319,7 @@ type KChatAsOpenAI<T extends K.ChatCompletionCreateParams> = T extends unknown
   : never;
 
 /** OpenAI's chat request narrowed to what kiln accepts (each union member separately). */
-type OChatAsKiln<T extends O.ChatCompletionCreateParams> = T extends unknown
+export type OChatAsKiln<T extends O.ChatCompletionCreateParams> = T extends unknown
   ? Omit<T, ChatNarrowed | 'modalities'> & {
       messages: OMessageAsKiln[];
       tools?: OToolAsKiln[];
@@ -417,7 +417,7 @@ export type ChatRequestNullK2O = AssertAssignable<O.ChatCompletionCreateParams, 
  * OpenAI's completion request narrowed to what kiln accepts. EXCLUSION: OpenAI allows `prompt: null`
  * (meaning `<|endoftext|>`); the .md requires a prompt.
  */
-type OCompletionAsKiln<T extends OC.CompletionCreateParams> = T extends unknown
+export type OCompletionAsKiln<T extends OC.CompletionCreateParams> = T extends unknown
   ? Omit<T, 'prompt'> & { prompt: Exclude<T['prompt'], null> }
   : never;
 

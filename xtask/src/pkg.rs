@@ -39,7 +39,13 @@ pub fn build(tools: &Tools, root: &Path, opt: Opt) -> Result<(), String> {
     run(&mut cmd)?;
     // The OpenAI wire types, hand-written and checked by tsc; `kiln.d.ts` re-exports them. The `Engine` API
     // (`js/index.js` and its types) is the package's entry point.
-    for (dir, file) in [("ts", "api.d.ts"), ("js", "index.js"), ("js", "index.d.ts")] {
+    for (dir, file) in [
+        ("ts", "api.d.ts"),
+        ("js", "index.js"),
+        ("js", "index.d.ts"),
+        ("js", "worker.js"),
+        ("js", "worker.d.ts"),
+    ] {
         let from = root.join(dir).join(file);
         std::fs::copy(&from, root.join("pkg").join(file)).map_err(|e| format!("{}: {e}", from.display()))?;
     }

@@ -41,3 +41,42 @@ export async function engine(): Promise<string | null> {
   }
   return full.choices[0].message.content ?? done.choices[0].text;
 }
+
+// The same calls through a WorkerEngine, and a Hugging Face source of URLs and bytes.
+import { WorkerEngine, type KilnEngine, type LoadProgress } from '../../../pkg/index.js';
+
+export async function worker(): Promise<string> {
+  const w = new Worker(new URL('../../../pkg/worker.js', import.meta.url), { type: 'module' });
+  const progress: LoadProgress[] = [];
+  const e: KilnEngine = await WorkerEngine.load(w, {
+    model: 'tiny',
+    source: { config: '/config.json', tokenizer: new Uint8Array(1), weights: ['/model.safetensors', { name: 'b.safetensors', bytes: new ArrayBuffer(1) }] },
+    onProgress: (p) => progress.push(p),
+  });
+  const full: ChatCompletion = await e.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'hi' }] });
+  await e.unload();
+  return full.id;
+}
+
+// Code written against the `openai` package's types: its requests (on the overlap kiln accepts, the
+// narrowings that ../openai-compat.ts checks and explains) go into kiln's `create` unchanged, and each call
+// resolves to kiln's response type, which ../openai-compat.ts checks against openai's.
+import type OpenAI from 'openai';
+import type { OChatAsKiln, OCompletionAsKiln } from '../openai-compat';
+import type { CompletionChunk } from '../../../pkg/index.js';
+
+export async function asOpenAI(
+  e: KilnEngine,
+  chat: OChatAsKiln<OpenAI.Chat.ChatCompletionCreateParamsNonStreaming>,
+  chatStream: OChatAsKiln<OpenAI.Chat.ChatCompletionCreateParamsStreaming>,
+  completion: OCompletionAsKiln<OpenAI.CompletionCreateParamsNonStreaming>,
+  completionStream: OCompletionAsKiln<OpenAI.CompletionCreateParamsStreaming>,
+): Promise<[ChatCompletion, ChatCompletionChunk[], Completion, CompletionChunk[]]> {
+  const full: ChatCompletion = await e.chat.completions.create(chat);
+  const chunks: ChatCompletionChunk[] = [];
+  for await (const c of await e.chat.completions.create(chatStream)) chunks.push(c);
+  const done: Completion = await e.completions.create(completion);
+  const parts: CompletionChunk[] = [];
+  for await (const c of await e.completions.create(completionStream)) parts.push(c);
+  return [full, chunks, done, parts];
+}

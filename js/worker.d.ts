@@ -1,0 +1,2 @@
+// `kiln-llm/worker`: imported inside a module Web Worker, it serves `WorkerEngine` requests (see index.d.ts).
+export {};
