@@ -22,9 +22,17 @@ const isErrorBody = (e) => e !== null && typeof e === 'object' && 'status' in e 
 const toError = (e) => (isErrorBody(e) ? new KilnError(e) : e instanceof Error ? e : new Error(String(e)));
 const abortError = () => new DOMException('The request was aborted', 'AbortError');
 
+/** Whether this browser runs WebAssembly SIMD (a 128-bit `i8x16.popcnt` module validates). */
+const hasSimd = () => WebAssembly.validate(new Uint8Array([
+  0, 97, 115, 109, 1, 0, 0, 0, 1, 5, 1, 96, 0, 1, 123, 3, 2, 1, 0, 10, 10, 1, 8, 0, 65, 0, 253, 15, 253, 98, 11,
+]));
+
 let ready;
 /** Initialises the wasm module once (`wasm`: where `kiln_bg.wasm` is, when not beside this file). */
 function initOnce(wasm) {
+  if (!hasSimd()) {
+    throw new Error('kiln needs WebAssembly SIMD, which this browser lacks (every browser with WebGPU has it, as do Firefox 89+ and Safari 16.4+)');
+  }
   ready ??= init(wasm === undefined ? undefined : { module_or_path: wasm });
   return ready;
 }

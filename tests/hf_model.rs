@@ -37,7 +37,10 @@ fn committed_tokenizer_json_is_the_gguf_fixtures() {
         .unwrap()
         + "\n";
     if std::env::var_os("KILN_BLESS").is_some() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/golden/llama/tokenizer.json");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/golden/llama/tokenizer.json"
+        );
         std::fs::write(path, &json).unwrap();
     }
     assert_eq!(json, tokenizer_json(), "run with KILN_BLESS=1 to rewrite it");

@@ -13,6 +13,7 @@ use super::generate::Runner;
 use crate::api::response::FinishReason;
 use crate::api::validate::Sampling;
 use crate::model::Decoder;
+use crate::sampling::constrain::Constraint;
 use crate::sampling::{Sampler, log_softmax, top_k};
 use crate::tokenizer::ModelTokenizer;
 
@@ -55,6 +56,8 @@ pub struct ChoiceDelta {
 
 struct Choice {
     sampler: Sampler,
+    /// The response format's grammar, when there is one: it masks every step's logits.
+    constraint: Option<Constraint>,
     detok: Detokenizer,
     stops: StopMatcher,
     generated: usize,
@@ -88,6 +91,7 @@ impl Generation {
         let choices = (0..params.n)
             .map(|i| Choice {
                 sampler: Sampler::new(params.sampling.clone(), i as u64, params.entropy),
+                constraint: None,
                 detok: Detokenizer::default(),
                 stops: StopMatcher::new(&params.stop),
                 generated: 0,
@@ -106,6 +110,14 @@ impl Generation {
             choices,
             prompt_tokens_out: Vec::new(),
         }
+    }
+
+    /// Constrains choice `i` of each to `constraints[i]` (one per choice, built for this request).
+    pub fn constrained(mut self, constraints: Vec<Constraint>) -> Self {
+        for (choice, c) in self.choices.iter_mut().zip(constraints) {
+            choice.constraint = Some(c);
+        }
+        self
     }
 
     /// Completion tokens generated so far, over all choices (end-of-generation ids included).
@@ -148,7 +160,13 @@ impl Generation {
                 continue;
             }
             let k = self.params.logprobs.unwrap_or(0);
-            let picked = choice.sampler.sample(logits, k);
+            let picked = match &mut choice.constraint {
+                None => choice.sampler.sample(logits, k),
+                Some(c) => choice
+                    .sampler
+                    .sample_constrained(logits, k, c)
+                    .map_err(|e| EngineError::Constraint(e.to_string()))?,
+            };
             choice.generated += 1;
             choice.last = picked.id;
             let mut delta = ChoiceDelta {

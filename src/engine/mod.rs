@@ -8,6 +8,7 @@
 //! - [`generation`]: one prompt's `n` choices: sampling, detokenisation, stop rules, finish reasons.
 //! - [`detok`]: the incremental detokenizer and stop-string matching.
 //! - [`respond`]: deltas → OpenAI chunks, and full responses as the streams collected.
+//! - [`structured`]: `response_format` → per-choice grammar constraints (llguidance).
 
 pub mod check;
 pub mod detok;
@@ -17,6 +18,7 @@ pub mod generation;
 pub mod model;
 pub mod prompt;
 pub mod respond;
+pub mod structured;
 
 pub use model::{HfFiles, Model};
 
@@ -35,4 +37,6 @@ pub enum EngineError {
     Forward(#[from] ForwardError),
     #[error("reading from the device failed: {0}")]
     Device(String),
+    #[error("constrained decoding failed: {0}")]
+    Constraint(String),
 }

@@ -4,7 +4,7 @@
 //! the edge.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use burn::tensor::Device;
 
@@ -19,6 +19,7 @@ use crate::api::{ApiError, ModelSpec, ValidChat, ValidCompletion};
 use crate::loader::{Checkpoint, Gguf, GgufWeights, Reporting, gguf_model};
 use crate::model::{Decoder, ModelConfig};
 use crate::sampling::Rng;
+use crate::sampling::constrain::Vocab;
 use crate::tokenizer::time::now_secs;
 use crate::tokenizer::{HfTokenizerFiles, ModelTokenizer, TemplateInputs};
 
@@ -40,6 +41,8 @@ pub struct Model {
     pub id: String,
     pub decoder: Decoder,
     pub tokenizer: Arc<ModelTokenizer>,
+    /// The token table for constrained decoding, built on the first request that needs it.
+    vocab: OnceLock<Result<Vocab, String>>,
 }
 
 impl Model {
@@ -67,6 +70,7 @@ impl Model {
             id: id.to_owned(),
             decoder,
             tokenizer: Arc::new(tokenizer),
+            vocab: OnceLock::new(),
         })
     }
 
@@ -99,7 +103,19 @@ impl Model {
             id: id.to_owned(),
             decoder,
             tokenizer: Arc::new(tokenizer),
+            vocab: OnceLock::new(),
         })
+    }
+
+    /// The token table for constrained decoding (built once).
+    fn vocab(&self) -> Result<&Vocab, ApiError> {
+        self.vocab
+            .get_or_init(|| {
+                super::structured::vocab(&self.tokenizer, self.decoder.config.vocab_size)
+                    .map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(|e| ApiError::cannot_serve(Some("response_format"), "unsupported_model", e.clone()))
     }
 
     /// What requests are validated against.
@@ -148,12 +164,10 @@ impl Model {
                 "tool calling is not implemented yet (structured outputs and tools are a later milestone)",
             ));
         }
-        if req.response_format != ResponseFormat::Text {
-            return Err(ApiError::unsupported(
-                "response_format",
-                "only `{\"type\": \"text\"}` is implemented yet (constrained JSON is a later milestone)",
-            ));
-        }
+        let constraints = match req.response_format {
+            ResponseFormat::Text => None,
+            ref format => super::structured::response_constraints(self.vocab()?, format, req.common.n)?,
+        };
         let mut extra = serde_json::Map::new();
         if let Some(effort) = req.reasoning_effort {
             extra.insert("enable_thinking".into(), (effort != ReasoningEffort::None).into());
@@ -176,7 +190,12 @@ impl Model {
         let n = params.n;
         Ok(ChatStream {
             header: self.header("chatcmpl-", &req.common),
-            generation: Generation::new(self.decoder.clone(), self.tokenizer.clone(), ids, params),
+            generation: match constraints {
+                None => Generation::new(self.decoder.clone(), self.tokenizer.clone(), ids, params),
+                Some(c) => {
+                    Generation::new(self.decoder.clone(), self.tokenizer.clone(), ids, params).constrained(c)
+                }
+            },
             tokenizer: self.tokenizer.clone(),
             logprobs: req.logprobs.is_some(),
             started: vec![false; n],

@@ -4,13 +4,16 @@
 //! 1. `logit_bias`: each listed token's bias is added to its logit (±100 effectively forces or bans it).
 //! 2. Penalties, OpenAI's formula over the tokens this choice has generated so far (not the prompt):
 //!    `logit[j] -= count[j] · frequency_penalty + (count[j] > 0) · presence_penalty`.
-//! 3. Log probabilities (reported by `logprobs`) are the log-softmax of these logits: the distribution
-//!    after bias and penalties, before temperature and `top_p`.
-//! 4. `temperature == 0`: greedy, the largest logit (the lowest id on ties). Otherwise the logits are
+//! 3. With a response format or a forced tool call, the [`constrain::Constraint`]'s mask: every token the
+//!    grammar does not allow next gets `-inf` (so no bias can bring one back).
+//! 4. Log probabilities (reported by `logprobs`) are the log-softmax of these logits: the distribution
+//!    after bias, penalties and the mask, before temperature and `top_p`. Masked tokens are never listed.
+//! 5. `temperature == 0`: greedy, the largest logit (the lowest id on ties). Otherwise the logits are
 //!    divided by the temperature, turned into probabilities, cut to the smallest set of most likely tokens
 //!    whose probabilities add up to at least `top_p` (nucleus sampling; at least one token), and one is
 //!    drawn with the choice's seeded [`Rng`].
 
+pub mod constrain;
 pub mod rng;
 
 use std::collections::HashMap;
@@ -99,6 +102,25 @@ impl Sampler {
     /// `top_logprobs` alternatives are reported.
     pub fn sample(&mut self, logits: &mut [f32], top_logprobs: usize) -> Choice {
         self.adjust(logits);
+        self.pick(logits, top_logprobs)
+    }
+
+    /// [`Sampler::sample`] under `constraint`'s mask; the chosen token is committed to it.
+    pub fn sample_constrained(
+        &mut self,
+        logits: &mut [f32],
+        top_logprobs: usize,
+        constraint: &mut constrain::Constraint,
+    ) -> Result<Choice, constrain::ConstraintError> {
+        self.adjust(logits);
+        constraint.mask(logits)?;
+        let choice = self.pick(logits, top_logprobs);
+        constraint.commit(choice.id)?;
+        Ok(choice)
+    }
+
+    /// Steps 4 and 5 over adjusted (and masked) logits.
+    fn pick(&mut self, logits: &[f32], top_logprobs: usize) -> Choice {
         let logprobs = log_softmax(logits);
         let id = if self.params.temperature == 0.0 {
             argmax(logits)
@@ -110,7 +132,9 @@ impl Sampler {
             id,
             logprob: logprobs[id as usize],
             top: if top_logprobs > 0 {
-                top_k(&logprobs, top_logprobs)
+                let mut top = top_k(&logprobs, top_logprobs);
+                top.retain(|&(_, lp)| lp.is_finite());
+                top
             } else {
                 Vec::new()
             },

@@ -152,7 +152,7 @@ fn test() -> Result<(), String> {
         },
     );
     stage(
-        "package: consumer types (tsc) and demo page e2e (playwright-core)",
+        "package: consumer types (tsc); e2e in Chromium (playwright-core): demo, Engine/WorkerEngine, npm pack + Vite",
         &mut || {
             pkg::build(&tools, &root, pkg::Opt::Skip)?;
             run(tools
@@ -165,7 +165,13 @@ fn test() -> Result<(), String> {
                 .current_dir(&root)
                 .env("KILN_DEMO_URL", format!("http://{}/", server.addr))
                 .env("KILN_ARTIFACTS", &artifacts)
-                .args(["--test", "tests/e2e/demo.test.mjs", "tests/e2e/engine.test.mjs"]))
+                .args([
+                    "--test",
+                    "--test-concurrency=1",
+                    "tests/e2e/demo.test.mjs",
+                    "tests/e2e/engine.test.mjs",
+                    "tests/e2e/package.test.mjs",
+                ]))
         },
     );
 

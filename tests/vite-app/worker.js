@@ -1,0 +1,2 @@
+// The app's worker: importing `kiln-llm/worker` is all it takes.
+import 'kiln-llm/worker';
