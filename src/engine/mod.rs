@@ -8,8 +8,11 @@
 //! - [`generation`]: one prompt's `n` choices: sampling, detokenisation, stop rules, finish reasons.
 //! - [`detok`]: the incremental detokenizer and stop-string matching.
 //! - [`respond`]: deltas → OpenAI chunks, and full responses as the streams collected.
+//! - [`chat_choice`]: a chat choice's text split into `reasoning_content` and `content` ([`reasoning`]).
+//! - [`tools`]: tool-call formats of model families: detection, incremental parsing, call grammars.
 //! - [`structured`]: `response_format` → per-choice grammar constraints (llguidance).
 
+pub mod chat_choice;
 pub mod check;
 pub mod detok;
 pub mod device;
@@ -17,8 +20,10 @@ pub mod generate;
 pub mod generation;
 pub mod model;
 pub mod prompt;
+pub mod reasoning;
 pub mod respond;
 pub mod structured;
+pub mod tools;
 
 pub use model::{HfFiles, Model};
 

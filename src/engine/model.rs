@@ -9,7 +9,9 @@ use std::sync::{Arc, OnceLock};
 use burn::tensor::Device;
 
 use super::EngineError;
+use super::chat_choice::ChoiceText;
 use super::generation::{GenParams, Generation};
+use super::reasoning::reasoning_syntax;
 use super::respond::{Cancel, ChatStream, CompletionStream, PromptRun, StreamHeader, fingerprint};
 use crate::api::request::{ReasoningEffort, ResponseFormat};
 use crate::api::response::response_id;
@@ -178,7 +180,7 @@ impl Model {
             extra,
             ..TemplateInputs::default()
         };
-        let (_, ids) = self
+        let (prompt, ids) = self
             .tokenizer
             .chat_prompt(inputs)
             .map_err(|e| ApiError::cannot_serve(Some("messages"), "invalid_prompt", e.to_string()))?;
@@ -199,6 +201,12 @@ impl Model {
             tokenizer: self.tokenizer.clone(),
             logprobs: req.logprobs.is_some(),
             started: vec![false; n],
+            texts: {
+                let syntax = reasoning_syntax(&self.tokenizer.template.source);
+                (0..n)
+                    .map(|_| ChoiceText::new(syntax.as_ref(), &prompt))
+                    .collect()
+            },
             queue: VecDeque::new(),
             finished: false,
             cancel: Cancel::default(),

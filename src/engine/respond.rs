@@ -6,10 +6,12 @@
 //! `stream_options.include_usage`, every chunk has `usage: null` and a final chunk with no choices carries
 //! the usage. Completion streams: `text_completion` chunks with each choice's text pieces, the last with its
 //! `finish_reason`; `echo` puts the prompt first. All chunks of a stream share `id`, `created`, `model` and
-//! `system_fingerprint`.
+//! `system_fingerprint`. For templates with think blocks, a chat delta's text inside the block is sent as
+//! `reasoning_content` (and `reasoning`) instead of `content` (see [`super::chat_choice`]).
 
 use std::collections::{BTreeMap, VecDeque};
 
+use super::chat_choice::ChoiceText;
 use super::generation::{ChoiceDelta, Generation, TokenOut};
 use crate::api::ApiError;
 use crate::api::request::ServiceTier;
@@ -53,6 +55,10 @@ fn usage(prompt: usize, completion: usize) -> Usage {
     Usage::new(prompt as u32, completion as u32, 0, 0)
 }
 
+fn usage_with_reasoning(prompt: usize, completion: usize, reasoning: u32) -> Usage {
+    Usage::new(prompt as u32, completion as u32, 0, reasoning)
+}
+
 fn chat_token(tok: &ModelTokenizer, t: &TokenOut) -> TokenLogprob {
     TokenLogprob {
         token: tok.token_text(t.id),
@@ -77,6 +83,8 @@ pub struct ChatStream {
     pub(crate) tokenizer: std::sync::Arc<ModelTokenizer>,
     pub(crate) logprobs: bool,
     pub(crate) started: Vec<bool>,
+    /// Each choice's text → `reasoning_content` / `content`.
+    pub(crate) texts: Vec<ChoiceText>,
     pub(crate) queue: VecDeque<ChatCompletionChunk>,
     pub(crate) finished: bool,
     pub(crate) cancel: Cancel,
@@ -109,10 +117,14 @@ impl ChatStream {
             refusal: None,
         });
         let first = !std::mem::replace(&mut self.started[d.index], true);
-        if first || !d.text.is_empty() || !d.tokens.is_empty() {
+        let split = self.texts[d.index].push(&d.text, 1, d.finish.is_some());
+        if first || !split.is_empty() || !d.tokens.is_empty() {
+            let reasoning = (!split.reasoning.is_empty()).then_some(split.reasoning);
             let delta = Delta {
                 role: first.then_some(AssistantRole::Assistant),
-                content: Some(d.text),
+                content: (first || !split.content.is_empty() || reasoning.is_none()).then_some(split.content),
+                reasoning_content: reasoning.clone(),
+                reasoning,
                 ..Delta::default()
             };
             let choice = ChunkChoice {
@@ -156,7 +168,12 @@ impl ChatStream {
                 Ok(None) => {
                     self.finished = true;
                     if self.header.include_usage {
-                        let u = usage(self.generation.prompt_len(), self.generation.completion_tokens());
+                        let reasoning = self.texts.iter().map(|t| t.reasoning_tokens).sum();
+                        let u = usage_with_reasoning(
+                            self.generation.prompt_len(),
+                            self.generation.completion_tokens(),
+                            reasoning,
+                        );
                         self.queue.push_back(self.chunk(Vec::new(), Some(u)));
                     }
                 }
@@ -183,6 +200,14 @@ impl ChatStream {
                 });
                 if let Some(text) = c.delta.content {
                     entry.message.content.get_or_insert_default().push_str(&text);
+                }
+                if let Some(text) = c.delta.reasoning_content {
+                    entry
+                        .message
+                        .reasoning_content
+                        .get_or_insert_default()
+                        .push_str(&text);
+                    entry.message.reasoning.get_or_insert_default().push_str(&text);
                 }
                 if let Some(lp) = c.logprobs {
                     let all = entry.logprobs.get_or_insert_with(|| ChatLogprobs {

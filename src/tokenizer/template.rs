@@ -33,6 +33,8 @@ pub enum TemplateError {
 /// A compiled chat template.
 pub struct ChatTemplate {
     env: Environment<'static>,
+    /// The template's Jinja source (what the model family's tool-call and think syntax is read from).
+    pub source: String,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -104,7 +106,10 @@ impl ChatTemplate {
         env.add_filter("count", length);
         env.add_template_owned("chat", generation_tags(source))
             .map_err(|e| TemplateError::Syntax(detail(&e)))?;
-        Ok(Self { env })
+        Ok(Self {
+            env,
+            source: source.to_owned(),
+        })
     }
 
     /// Renders the prompt with the variables transformers' `apply_chat_template` passes: the special tokens,

