@@ -106,6 +106,7 @@ fn hf_files_load_and_greedy_equals_transformers() {
         logprobs: Some(0),
         prompt_logprobs: false,
         entropy: 0,
+        keep_special: false,
     };
     let mut generation = Generation::new(
         m.decoder.clone(),

@@ -52,7 +52,9 @@ fn request(model: &Model, extra: Value) -> kiln::api::ValidChat {
         "messages": [{"role": "user", "content": "Describe a person as JSON."}],
         "max_tokens": 220,
     });
-    body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    body.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
     chat_request(body, &model.spec()).expect("a valid request")
 }
 
@@ -67,13 +69,22 @@ fn json_schema_holds_for_20_seeds_on_a_random_model() {
     let m = tiny();
     let schema = person_schema();
     let validator = jsonschema::validator_for(&schema).unwrap();
-    let format = json!({"type": "json_schema", "json_schema": {"name": "person", "schema": schema, "strict": true}});
+    let format =
+        json!({"type": "json_schema", "json_schema": {"name": "person", "schema": schema, "strict": true}});
     for seed in 0..20 {
-        let out = chat(&m, json!({"response_format": format, "temperature": 1, "seed": seed}));
+        let out = chat(
+            &m,
+            json!({"response_format": format, "temperature": 1, "seed": seed}),
+        );
         let choice = &out.choices[0];
         let text = choice.message.content.as_deref().unwrap_or_default();
-        assert_eq!(choice.finish_reason, FinishReason::Stop, "seed {seed}: ended early: {text:?}");
-        let value: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("seed {seed}: {e}: {text:?}"));
+        assert_eq!(
+            choice.finish_reason,
+            FinishReason::Stop,
+            "seed {seed}: ended early: {text:?}"
+        );
+        let value: Value =
+            serde_json::from_str(text).unwrap_or_else(|e| panic!("seed {seed}: {e}: {text:?}"));
         let errors: Vec<String> = validator.iter_errors(&value).map(|e| e.to_string()).collect();
         assert!(errors.is_empty(), "seed {seed}: {text}\n{errors:?}");
     }
@@ -82,7 +93,10 @@ fn json_schema_holds_for_20_seeds_on_a_random_model() {
 #[test]
 fn json_object_gives_an_object_and_n_choices_each_hold() {
     let m = tiny();
-    let out = chat(&m, json!({"response_format": {"type": "json_object"}, "temperature": 1, "seed": 7, "n": 3, "max_tokens": 200}));
+    let out = chat(
+        &m,
+        json!({"response_format": {"type": "json_object"}, "temperature": 1, "seed": 7, "n": 3, "max_tokens": 200}),
+    );
     assert_eq!(out.choices.len(), 3);
     for c in &out.choices {
         let text = c.message.content.as_deref().unwrap_or_default();
@@ -112,9 +126,19 @@ fn constrained_stream_equals_collected_and_logprobs_skip_masked_tokens() {
         }
     }
     assert_eq!(Some(&text), full.choices[0].message.content.as_ref());
-    for t in full.choices[0].logprobs.as_ref().unwrap().content.as_ref().unwrap() {
+    for t in full.choices[0]
+        .logprobs
+        .as_ref()
+        .unwrap()
+        .content
+        .as_ref()
+        .unwrap()
+    {
         assert!(t.logprob.is_finite());
-        assert!(t.top_logprobs.iter().all(|a| a.logprob.is_finite()), "a masked token was listed");
+        assert!(
+            t.top_logprobs.iter().all(|a| a.logprob.is_finite()),
+            "a masked token was listed"
+        );
         assert!(!t.top_logprobs.is_empty());
     }
 }
@@ -124,16 +148,28 @@ fn unsupported_schema_features_are_refused_naming_them() {
     let m = tiny();
     for (schema, feature) in [
         (json!({"type": "object", "not": {"required": ["a"]}}), "not"),
-        (json!({"type": "array", "items": {"type": "integer"}, "uniqueItems": true}), "uniqueItems"),
-        (json!({"type": "object", "if": {"required": ["a"]}, "then": {"required": ["b"]}}), "if"),
+        (
+            json!({"type": "array", "items": {"type": "integer"}, "uniqueItems": true}),
+            "uniqueItems",
+        ),
+        (
+            json!({"type": "object", "if": {"required": ["a"]}, "then": {"required": ["b"]}}),
+            "if",
+        ),
         (json!({"type": "string", "format": "credit-card"}), "credit-card"),
     ] {
         for strict in [true, false] {
             let format = json!({"type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": strict}});
-            let err = m.chat(request(&m, json!({"response_format": format}))).err().expect("refused");
+            let err = m
+                .chat(request(&m, json!({"response_format": format})))
+                .err()
+                .expect("refused");
             let body = serde_json::to_value(err.body()).unwrap();
             assert_eq!(err.status(), 422, "{body}");
-            assert_eq!(body["error"]["param"], "response_format.json_schema.schema", "{body}");
+            assert_eq!(
+                body["error"]["param"], "response_format.json_schema.schema",
+                "{body}"
+            );
             let message = body["error"]["message"].as_str().unwrap();
             assert!(message.contains(feature), "{feature}: {message}");
         }

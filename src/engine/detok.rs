@@ -18,14 +18,27 @@ pub struct Detokenizer {
     ids: Vec<u32>,
     prefix_offset: usize,
     read_offset: usize,
+    /// Special tokens are part of the text (otherwise skipped).
+    keep_special: bool,
 }
 
 impl Detokenizer {
+    /// `keep_special`: decode special tokens as their text instead of skipping them.
+    pub fn new(keep_special: bool) -> Self {
+        Self {
+            keep_special,
+            ..Self::default()
+        }
+    }
+
     /// Appends `id` and returns the text it completes (possibly empty).
     pub fn push(&mut self, tokenizer: &ModelTokenizer, id: u32) -> Result<String, TokenizerError> {
         self.ids.push(id);
-        let prefix = tokenizer.decode(&self.ids[self.prefix_offset..self.read_offset], true)?;
-        let full = tokenizer.decode(&self.ids[self.prefix_offset..], true)?;
+        let prefix = tokenizer.decode(
+            &self.ids[self.prefix_offset..self.read_offset],
+            !self.keep_special,
+        )?;
+        let full = tokenizer.decode(&self.ids[self.prefix_offset..], !self.keep_special)?;
         if full.len() > prefix.len() && !full.ends_with('\u{FFFD}') && full.is_char_boundary(prefix.len()) {
             self.prefix_offset = self.read_offset;
             self.read_offset = self.ids.len();
@@ -37,8 +50,11 @@ impl Detokenizer {
 
     /// Whatever is still held back (an incomplete character at the end: emitted as decoded, U+FFFD).
     pub fn flush(&mut self, tokenizer: &ModelTokenizer) -> Result<String, TokenizerError> {
-        let prefix = tokenizer.decode(&self.ids[self.prefix_offset..self.read_offset], true)?;
-        let full = tokenizer.decode(&self.ids[self.prefix_offset..], true)?;
+        let prefix = tokenizer.decode(
+            &self.ids[self.prefix_offset..self.read_offset],
+            !self.keep_special,
+        )?;
+        let full = tokenizer.decode(&self.ids[self.prefix_offset..], !self.keep_special)?;
         self.prefix_offset = self.ids.len();
         self.read_offset = self.ids.len();
         Ok(match full.get(prefix.len()..) {

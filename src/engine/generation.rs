@@ -31,6 +31,8 @@ pub struct GenParams {
     pub prompt_logprobs: bool,
     /// Seed for requests without `seed`.
     pub entropy: u64,
+    /// Decode special tokens into the text too (tool-call markers such as `[TOOL_CALLS]`).
+    pub keep_special: bool,
 }
 
 /// A generated (or, for prompt logprobs, given) token.
@@ -92,7 +94,7 @@ impl Generation {
             .map(|i| Choice {
                 sampler: Sampler::new(params.sampling.clone(), i as u64, params.entropy),
                 constraint: None,
-                detok: Detokenizer::default(),
+                detok: Detokenizer::new(params.keep_special),
                 stops: StopMatcher::new(&params.stop),
                 generated: 0,
                 last: 0,

@@ -10,6 +10,7 @@
 //! - [`respond`]: deltas → OpenAI chunks, and full responses as the streams collected.
 //! - [`chat_choice`]: a chat choice's text split into `reasoning_content` and `content` ([`reasoning`]).
 //! - [`tools`]: tool-call formats of model families: detection, incremental parsing, call grammars.
+//! - [`tool_use`]: a chat request's `tools` and `tool_choice`: rendering, parsers, forcing grammars.
 //! - [`structured`]: `response_format` → per-choice grammar constraints (llguidance).
 
 pub mod chat_choice;
@@ -23,6 +24,7 @@ pub mod prompt;
 pub mod reasoning;
 pub mod respond;
 pub mod structured;
+pub mod tool_use;
 pub mod tools;
 
 pub use model::{HfFiles, Model};

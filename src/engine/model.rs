@@ -13,6 +13,7 @@ use super::chat_choice::ChoiceText;
 use super::generation::{GenParams, Generation};
 use super::reasoning::reasoning_syntax;
 use super::respond::{Cancel, ChatStream, CompletionStream, PromptRun, StreamHeader, fingerprint};
+use super::tool_use::tool_use;
 use crate::api::request::{ReasoningEffort, ResponseFormat};
 use crate::api::response::response_id;
 use crate::api::unions::Prompt;
@@ -154,19 +155,15 @@ impl Model {
             logprobs,
             prompt_logprobs,
             entropy: Rng::entropy_seed(),
+            keep_special: false,
         }
     }
 
     /// A validated chat request as a stream of `chat.completion.chunk`s (collect it for the full
     /// response). Refused here, before any device work: what kiln cannot honour yet.
     pub fn chat(&self, req: ValidChat) -> Result<ChatStream, ApiError> {
-        if !req.tools.is_empty() {
-            return Err(ApiError::unsupported(
-                "tools",
-                "tool calling is not implemented yet (structured outputs and tools are a later milestone)",
-            ));
-        }
-        let constraints = match req.response_format {
+        let tools = tool_use(&req, &self.tokenizer)?;
+        let mut constraints = match req.response_format {
             ResponseFormat::Text => None,
             ref format => super::structured::response_constraints(self.vocab()?, format, req.common.n)?,
         };
@@ -176,20 +173,32 @@ impl Model {
         }
         let inputs = TemplateInputs {
             messages: req.messages.iter().map(super::prompt::template_message).collect(),
+            tools: tools.as_ref().map(|t| t.template_tools.clone()),
             add_generation_prompt: true,
             extra,
             ..TemplateInputs::default()
         };
-        let (prompt, ids) = self
-            .tokenizer
-            .chat_prompt(inputs)
+        let (prompt, ids) = super::prompt::render(&self.tokenizer, inputs)
             .map_err(|e| ApiError::cannot_serve(Some("messages"), "invalid_prompt", e.to_string()))?;
         let spec = self.spec();
         let max_new = req
             .common
             .completion_budget(ids.len(), spec.context_length, "messages")?;
-        let params = Self::params(&req.common, max_new, req.logprobs, false);
+        let mut params = Self::params(&req.common, max_new, req.logprobs, false);
         let n = params.n;
+        let syntax = reasoning_syntax(&self.tokenizer.template.source);
+        if let Some(t) = &tools {
+            // Call markers that are special tokens (`[TOOL_CALLS]`, `<|python_tag|>`) must reach the parser.
+            params.keep_special = true;
+            // With thinking turned off the prompt has closed the think block: the call comes straight away.
+            let thinking = match req.reasoning_effort {
+                Some(ReasoningEffort::None) => None,
+                _ => syntax.as_ref(),
+            };
+            if let Some(c) = t.constraints(&self.tokenizer, self.vocab()?, thinking, &prompt, n)? {
+                constraints = Some(c);
+            }
+        }
         Ok(ChatStream {
             header: self.header("chatcmpl-", &req.common),
             generation: match constraints {
@@ -201,12 +210,15 @@ impl Model {
             tokenizer: self.tokenizer.clone(),
             logprobs: req.logprobs.is_some(),
             started: vec![false; n],
-            texts: {
-                let syntax = reasoning_syntax(&self.tokenizer.template.source);
-                (0..n)
-                    .map(|_| ChoiceText::new(syntax.as_ref(), &prompt))
-                    .collect()
-            },
+            texts: (0..n)
+                .map(|_| {
+                    let text = ChoiceText::new(syntax.as_ref(), &prompt);
+                    match &tools {
+                        Some(t) => text.with_tools(t.parser()),
+                        None => text,
+                    }
+                })
+                .collect(),
             queue: VecDeque::new(),
             finished: false,
             cancel: Cancel::default(),

@@ -62,9 +62,36 @@ pub fn chat_prompt(
     tokenizer: &ModelTokenizer,
     messages: &[Message],
 ) -> Result<(String, Vec<u32>), TokenizerError> {
-    tokenizer.chat_prompt(TemplateInputs {
-        messages: messages.iter().map(template_message).collect(),
-        add_generation_prompt: true,
-        ..TemplateInputs::default()
-    })
+    render(
+        tokenizer,
+        TemplateInputs {
+            messages: messages.iter().map(template_message).collect(),
+            add_generation_prompt: true,
+            ..TemplateInputs::default()
+        },
+    )
+}
+
+/// Renders and tokenises `inputs` exactly as transformers would; where that fails and an assistant message
+/// has `content: null` (OpenAI's shape for a reply that is only tool calls), renders again with `""` in its
+/// place, as llama.cpp does: templates such as Qwen3's concatenate `content` without checking for null.
+pub fn render(
+    tokenizer: &ModelTokenizer,
+    inputs: TemplateInputs,
+) -> Result<(String, Vec<u32>), TokenizerError> {
+    let null_content = |m: &serde_json::Value| {
+        m["role"] == "assistant" && m.get("content").is_some_and(serde_json::Value::is_null)
+    };
+    if !inputs.messages.iter().any(null_content) {
+        return tokenizer.chat_prompt(inputs);
+    }
+    let mut retry = inputs.clone();
+    let first = match tokenizer.chat_prompt(inputs) {
+        Ok(out) => return Ok(out),
+        Err(e) => e,
+    };
+    for m in retry.messages.iter_mut().filter(|m| null_content(m)) {
+        m["content"] = "".into();
+    }
+    tokenizer.chat_prompt(retry).map_err(|_| first)
 }

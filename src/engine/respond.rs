@@ -110,22 +110,25 @@ impl ChatStream {
         }
     }
 
-    fn push_delta(&mut self, d: ChoiceDelta) {
+    fn push_delta(&mut self, d: ChoiceDelta) -> Result<(), ApiError> {
         let index = d.index as u32;
         let logprobs = self.logprobs.then(|| ChatLogprobs {
             content: Some(d.tokens.iter().map(|t| chat_token(&self.tokenizer, t)).collect()),
             refusal: None,
         });
         let first = !std::mem::replace(&mut self.started[d.index], true);
-        let split = self.texts[d.index].push(&d.text, 1, d.finish.is_some());
-        if first || !split.is_empty() || !d.tokens.is_empty() {
-            let reasoning = (!split.reasoning.is_empty()).then_some(split.reasoning);
+        let length = d.finish == Some(FinishReason::Length);
+        let out = self.texts[d.index].step(&d.text, 1, d.finish.is_some(), length)?;
+        let calls = !out.tool_calls.is_empty();
+        if first || !out.reasoning.is_empty() || !out.content.is_empty() || calls || !d.tokens.is_empty() {
+            let reasoning = (!out.reasoning.is_empty()).then_some(out.reasoning);
             let delta = Delta {
                 role: first.then_some(AssistantRole::Assistant),
-                content: (first || !split.content.is_empty() || reasoning.is_none()).then_some(split.content),
+                content: (first || !out.content.is_empty() || (reasoning.is_none() && !calls))
+                    .then_some(out.content),
                 reasoning_content: reasoning.clone(),
                 reasoning,
-                ..Delta::default()
+                tool_calls: calls.then_some(out.tool_calls),
             };
             let choice = ChunkChoice {
                 index,
@@ -136,6 +139,10 @@ impl ChatStream {
             self.queue.push_back(self.chunk(vec![choice], None));
         }
         if let Some(reason) = d.finish {
+            let reason = match reason {
+                FinishReason::Stop if self.texts[d.index].calls() > 0 => FinishReason::ToolCalls,
+                other => other,
+            };
             let choice = ChunkChoice {
                 index,
                 delta: Delta::default(),
@@ -144,6 +151,7 @@ impl ChatStream {
             };
             self.queue.push_back(self.chunk(vec![choice], None));
         }
+        Ok(())
     }
 
     /// The next chunk; `None` when the stream is over. A device error ends the stream with that error.
@@ -164,7 +172,12 @@ impl ChatStream {
                     self.finished = true;
                     return Some(Err(ApiError::internal(e.to_string())));
                 }
-                Ok(Some(deltas)) => deltas.into_iter().for_each(|d| self.push_delta(d)),
+                Ok(Some(deltas)) => {
+                    if let Err(e) = deltas.into_iter().try_for_each(|d| self.push_delta(d)) {
+                        self.finished = true;
+                        return Some(Err(e));
+                    }
+                }
                 Ok(None) => {
                     self.finished = true;
                     if self.header.include_usage {
@@ -201,6 +214,27 @@ impl ChatStream {
                 if let Some(text) = c.delta.content {
                     entry.message.content.get_or_insert_default().push_str(&text);
                 }
+                for call in c.delta.tool_calls.into_iter().flatten() {
+                    let calls = entry.message.tool_calls.get_or_insert_default();
+                    let function = call.function.unwrap_or_default();
+                    match call.id {
+                        Some(id) => calls.push(ResponseToolCall {
+                            id,
+                            kind: call.kind.unwrap_or_default(),
+                            function: ResponseFunctionCall {
+                                name: function.name.unwrap_or_default(),
+                                arguments: function.arguments.unwrap_or_default(),
+                            },
+                        }),
+                        None => {
+                            if let Some(last) = calls.get_mut(call.index as usize) {
+                                last.function
+                                    .arguments
+                                    .push_str(&function.arguments.unwrap_or_default());
+                            }
+                        }
+                    }
+                }
                 if let Some(text) = c.delta.reasoning_content {
                     entry
                         .message
@@ -228,7 +262,16 @@ impl ChatStream {
             object: ChatCompletionObject::ChatCompletion,
             created: header.created,
             model: header.model,
-            choices: choices.into_values().collect(),
+            choices: choices
+                .into_values()
+                .map(|mut c| {
+                    // A reply that is only tool calls has `content: null`, as OpenAI's.
+                    if c.message.tool_calls.is_some() && c.message.content.as_deref() == Some("") {
+                        c.message.content = None;
+                    }
+                    c
+                })
+                .collect(),
             usage: total.ok_or_else(|| ApiError::internal("the stream ended without usage"))?,
             service_tier: header.response_tier,
             system_fingerprint: header.system_fingerprint,

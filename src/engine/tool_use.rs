@@ -1,0 +1,126 @@
+//! Tool calling for a chat request: `tools` rendered through the model's own chat template, the model
+//! family's call syntax recognised in the template ([`super::tools::tool_format`]: Hermes/Qwen
+//! `<tool_call>`, Llama 3 JSON, Mistral `[TOOL_CALLS]`), its output parsed back into `tool_calls`, and
+//! `tool_choice` honoured:
+//! - `none`: the tools are not shown to the model and nothing is parsed;
+//! - `auto`: the model answers or calls; its calls are parsed;
+//! - `required`: a grammar forces one call (several with `parallel_tool_calls`, except for Llama 3, whose
+//!   template takes one call per message) of one of the tools, its arguments valid against the tool's
+//!   `parameters` schema;
+//! - a named function: the grammar forces exactly one call of that function.
+//!
+//! A non-text `response_format` together with tools the model may call is refused (400): the two
+//! grammars cannot both hold on the same output.
+
+use serde_json::{Value, json};
+
+use super::reasoning::{ReasoningSyntax, prompt_ends_in_think};
+use super::tools::{GrammarOptions, ToolCallParser, ToolFormat, call_grammar, tool_format};
+use crate::api::request::ResponseFormat;
+use crate::api::unions::ToolChoice;
+use crate::api::{ApiError, ValidChat};
+use crate::sampling::constrain::{Constraint, Vocab};
+use crate::tokenizer::ModelTokenizer;
+
+/// What a request with tools needs from here on.
+#[derive(Debug, Clone)]
+pub struct ToolUse {
+    pub format: ToolFormat,
+    /// The tools as chat templates take them (`{"type": "function", "function": {...}}`).
+    pub template_tools: Vec<Value>,
+    /// The functions calls may name (all of `tools`, or the one `tool_choice` names).
+    pub names: Vec<String>,
+    /// `(name, parameters schema)` of those functions.
+    pub schemas: Vec<(String, Value)>,
+    pub forced: bool,
+    pub parallel: bool,
+}
+
+/// `None` when the request has no tools or `tool_choice: "none"`.
+pub fn tool_use(req: &ValidChat, tok: &ModelTokenizer) -> Result<Option<ToolUse>, ApiError> {
+    if req.tools.is_empty() || req.tool_choice == ToolChoice::None {
+        return Ok(None);
+    }
+    let format = tool_format(&tok.template.source).ok_or_else(|| {
+        ApiError::unsupported(
+            "tools",
+            "this model's chat template has no tool-call syntax kiln knows (Hermes/Qwen `<tool_call>`, Llama 3 \
+             JSON, Mistral `[TOOL_CALLS]`)",
+        )
+    })?;
+    if req.response_format != ResponseFormat::Text {
+        return Err(ApiError::unsupported(
+            "response_format",
+            "a JSON `response_format` cannot be combined with `tools` the model may call; use a tool's \
+             `parameters` schema for structured arguments, or `tool_choice: \"none\"`",
+        ));
+    }
+    let template_tools = req
+        .tools
+        .iter()
+        .map(|f| json!({"type": "function", "function": f}))
+        .collect();
+    let chosen: Vec<_> = match &req.tool_choice {
+        ToolChoice::Function(name) => req.tools.iter().filter(|f| &f.name == name).collect(),
+        _ => req.tools.iter().collect(),
+    };
+    Ok(Some(ToolUse {
+        format,
+        template_tools,
+        names: chosen.iter().map(|f| f.name.clone()).collect(),
+        schemas: chosen
+            .iter()
+            .map(|f| {
+                let params = f.parameters.clone().map_or(Value::Null, Value::Object);
+                (f.name.clone(), params)
+            })
+            .collect(),
+        forced: matches!(req.tool_choice, ToolChoice::Required | ToolChoice::Function(_)),
+        parallel: req.parallel_tool_calls
+            && req.tool_choice == ToolChoice::Required
+            && format != ToolFormat::Llama3Json,
+    }))
+}
+
+impl ToolUse {
+    /// The parser of one choice's output.
+    pub fn parser(&self) -> ToolCallParser {
+        ToolCallParser::new(self.format, self.names.clone())
+    }
+
+    /// For `required` or a named function: one constraint per choice forcing the call(s), given the
+    /// rendered prompt (a thinking model may first think, or must close a think block the prompt opened).
+    pub fn constraints(
+        &self,
+        tok: &ModelTokenizer,
+        vocab: &Vocab,
+        syntax: Option<&ReasoningSyntax>,
+        prompt: &str,
+        n: usize,
+    ) -> Result<Option<Vec<Constraint>>, ApiError> {
+        if !self.forced {
+            return Ok(None);
+        }
+        let special: Vec<(String, u32)> = tok
+            .inner
+            .get_added_tokens_decoder()
+            .into_iter()
+            .filter(|(_, t)| t.special)
+            .map(|(id, t)| (t.content, id))
+            .collect();
+        let options = GrammarOptions {
+            required: true,
+            parallel: self.parallel,
+            special_tokens: &special,
+            reasoning: syntax.map(|s| (s, prompt_ends_in_think(prompt, s))),
+        };
+        let grammar = call_grammar(self.format, &self.schemas, &options)
+            .map_err(|e| ApiError::invalid("tools", format!("`tools`: {e}")))?;
+        (0..n)
+            .map(|_| {
+                Constraint::lark(vocab, &grammar).map_err(|e| super::structured::schema_error("tools", e))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
+}
