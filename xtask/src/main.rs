@@ -4,9 +4,12 @@
 //!   tsc over the TypeScript declarations, the wasm tests in headless Chromium on WebGPU, then the built
 //!   package: its types as a consumer sees them, and the end-to-end test of the demo page.
 //! - `demo`: builds the npm package into `pkg/` and serves `www/` + `pkg/` on http://127.0.0.1:8080.
+//! - `bench`: kiln in headless Chromium (WebGPU and CPU) and natively (wgpu and CPU) beside wllama on the
+//!   default model; prints a table and writes `target/bench/bench.json` (see [`bench`]).
 //! - `fetch`: only the data download (the default model and llama.cpp's tokenizer vectors, see [`data`]).
 //! - `setup`: only the installation step.
 
+mod bench;
 mod data;
 mod pkg;
 mod serve;
@@ -16,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
-const USAGE: &str = "usage: cargo xtask <test|demo|fetch|setup>
+const USAGE: &str = "usage: cargo xtask <test|demo|bench|fetch|setup>
   test    install what is missing, then fmt, clippy, native tests, browser tests, demo e2e test
   demo    build the wasm package into pkg/ and serve the demo on http://127.0.0.1:8080 (--port N)
   fetch   only download the test/demo data into the cache ($KILN_CACHE, default .cache/kiln)
@@ -27,10 +30,11 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("test") => test(),
         Some("demo") => demo(&args[1..]),
+        Some("bench") => bench::bench(&args[1..]),
         Some("setup") => setup::ensure(&root()).map(|_| ()),
         Some("fetch") => data::fetch(&root()).map(|cache| eprintln!("xtask: data in {}", cache.display())),
         _ => {
-            eprintln!("{USAGE}");
+            eprintln!("{USAGE}\n{}", bench::USAGE);
             return ExitCode::from(2);
         }
     };

@@ -1,0 +1,158 @@
+// The browser half of `cargo xtask bench`: serves the package, the model, wllama's files and bench/ (with the
+// cross-origin isolation headers), opens headless Debian Chromium (WebGPU on SwiftShader; tests/e2e/browser.mjs)
+// and runs each configuration in a fresh browser context (a cold page: its own HTTP cache, its own wasm
+// instance), then measures the packages' sizes (raw and brotli). Usage (xtask writes the config):
+//
+//   node bench/bench.mjs CONFIG.json OUT.json
+//
+// CONFIG: { root, cache, model (path under the cache), prompts (the file examples/bench.rs --tokenize wrote),
+//           tokens, runs, warmup, configs: ['kiln-webgpu', 'kiln-cpu', 'wllama'], wllama: 'auto'|'webgpu'|'cpu',
+//           threads }
+// Timings only: nothing here asserts on them.
+import { createServer } from 'node:http';
+import { createReadStream, readFileSync, statSync } from 'node:fs';
+import { join, normalize, extname, sep } from 'node:path';
+import { brotliCompressSync } from 'node:zlib';
+import { writeFileSync } from 'node:fs';
+import { launch } from '../tests/e2e/browser.mjs';
+
+const [configPath, outPath] = process.argv.slice(2);
+if (!configPath || !outPath) {
+  console.error('usage: node bench/bench.mjs CONFIG.json OUT.json');
+  process.exit(2);
+}
+const config = JSON.parse(readFileSync(configPath, 'utf8'));
+const { root, cache } = config;
+const { prompts, texts, stop_ids: stopIds } = JSON.parse(readFileSync(config.prompts, 'utf8'));
+const wllamaDir = join(root, 'node_modules', '@wllama', 'wllama');
+
+const mounts = [
+  ['/pkg/', join(root, 'pkg')],
+  ['/models/', cache],
+  ['/bench/', join(root, 'bench')],
+  ['/wllama/', wllamaDir],
+];
+const types = {
+  '.html': 'text/html; charset=utf-8', '.js': 'text/javascript; charset=utf-8', '.mjs': 'text/javascript; charset=utf-8',
+  '.json': 'application/json', '.wasm': 'application/wasm',
+};
+
+function resolve(urlPath) {
+  let path;
+  try {
+    path = decodeURIComponent(urlPath.split(/[?#]/)[0]);
+  } catch {
+    return null;
+  }
+  for (const [prefix, dir] of mounts) {
+    if (!path.startsWith(prefix)) continue;
+    const file = normalize(join(dir, path.slice(prefix.length)));
+    if (file !== dir && !file.startsWith(dir + sep)) return null;
+    try {
+      return statSync(file).isFile() ? file : null;
+    } catch {
+      return null;
+    }
+  }
+  return null;
+}
+
+const server = createServer((req, res) => {
+  const file = req.method === 'GET' || req.method === 'HEAD' ? resolve(req.url) : null;
+  if (!file) {
+    res.writeHead(404, { 'Content-Type': 'text/plain' }).end('not found\n');
+    return;
+  }
+  res.writeHead(200, {
+    'Content-Type': types[extname(file)] ?? 'application/octet-stream',
+    'Content-Length': statSync(file).size,
+    'Cache-Control': 'no-cache',
+    // Cross-origin isolated, as the xtask server: SharedArrayBuffer (wllama's threads) and precise timers.
+    'Cross-Origin-Opener-Policy': 'same-origin',
+    'Cross-Origin-Embedder-Policy': 'require-corp',
+    'Cross-Origin-Resource-Policy': 'cross-origin',
+  });
+  if (req.method === 'HEAD') res.end();
+  else createReadStream(file).pipe(res);
+});
+await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
+const base = `http://127.0.0.1:${server.address().port}`;
+const model = `/models/${config.model}`;
+console.error(`bench: serving on ${base}; prompts of ${Object.keys(prompts).join(', ')} tokens, ${config.tokens} decoded, ${config.warmup} warm-up + ${config.runs} runs`);
+
+const browser = await launch();
+const common = { model, prompts, texts, stopIds, tokens: config.tokens, runs: config.runs, warmup: config.warmup };
+const maxPrompt = Math.max(...Object.values(prompts).map((p) => p.length));
+
+/** Runs `fn(args)` (a page function's name) in a fresh context; returns its result or `{ error }`. */
+async function inFreshPage(name, fn, args) {
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  page.on('console', (m) => console.error(`  ${name} | ${m.text()}`));
+  page.on('pageerror', (e) => console.error(`  ${name} | page error: ${e.message}`));
+  const started = Date.now();
+  try {
+    await page.goto(`${base}/bench/index.html`);
+    await page.waitForFunction(() => window.benchReady === true);
+    const result = await page.evaluate(([f, a]) => window[f](a), [fn, args]);
+    console.error(`bench: ${name} done in ${((Date.now() - started) / 1000).toFixed(0)} s`);
+    return result;
+  } catch (e) {
+    console.error(`bench: ${name} failed: ${e.message}`);
+    return { error: e.message.split('\n')[0] };
+  } finally {
+    await context.close();
+  }
+}
+
+const results = {};
+for (const name of config.configs) {
+  console.error(`\nbench: ${name} (browser)`);
+  if (name === 'kiln-webgpu' || name === 'kiln-cpu') {
+    results[name] = await inFreshPage(name, 'benchKiln', { ...common, device: name === 'kiln-webgpu' ? 'webgpu' : 'cpu' });
+  } else if (name === 'wllama') {
+    const wanted = config.wllama ?? 'auto';
+    const args = { ...common, threads: config.threads ?? 1, nCtx: Math.max(1024, maxPrompt + config.tokens + 16) };
+    let r = null;
+    if (wanted !== 'cpu') {
+      r = await inFreshPage('wllama-webgpu', 'benchWllama', { ...args, backend: 'webgpu' });
+      if (r.error && wanted === 'auto') {
+        console.error('bench: wllama on WebGPU failed; its CPU path instead');
+        const webgpuError = r.error;
+        r = await inFreshPage('wllama-cpu', 'benchWllama', { ...args, backend: 'cpu' });
+        r.webgpu_error = webgpuError;
+      }
+    } else {
+      r = await inFreshPage('wllama-cpu', 'benchWllama', { ...args, backend: 'cpu' });
+    }
+    results[name] = r;
+  } else {
+    results[name] = { error: `unknown configuration ${name}` };
+  }
+}
+await browser.close();
+server.close();
+
+/** Raw and brotli sizes of each file, and their sums. */
+function sizes(files) {
+  const out = { files: {}, raw: 0, brotli: 0 };
+  for (const [label, path] of files) {
+    const bytes = readFileSync(path);
+    const brotli = brotliCompressSync(bytes).length;
+    out.files[label] = { raw: bytes.length, brotli };
+    out.raw += bytes.length;
+    out.brotli += brotli;
+  }
+  return out;
+}
+const packages = {
+  kiln: sizes(['kiln_bg.wasm', 'kiln.js', 'index.js'].map((f) => [f, join(root, 'pkg', f)])),
+  wllama: sizes([
+    ['esm/wasm/wllama.wasm', join(wllamaDir, 'esm', 'wasm', 'wllama.wasm')],
+    ['esm/index.js', join(wllamaDir, 'esm', 'index.js')],
+  ]),
+};
+const wllamaVersion = JSON.parse(readFileSync(join(wllamaDir, 'package.json'), 'utf8')).version;
+const chromium = browser.version();
+writeFileSync(outPath, `${JSON.stringify({ chromium, wllama_version: wllamaVersion, packages, results }, null, 2)}\n`);
+console.error(`bench: browser results in ${outPath}`);

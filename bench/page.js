@@ -1,0 +1,200 @@
+// The browser half of `cargo xtask bench` (driven by bench/bench.mjs in headless Chromium). One fresh page
+// runs one configuration: `window.benchKiln({ device: 'webgpu' | 'cpu', ... })` or `window.benchWllama({...})`.
+// Both load the same GGUF over HTTP (timed from the start of loading to a usable engine, the wasm module's
+// compilation included), then for each prompt (token ids, the same for both) run `warmup` + `runs` greedy
+// streamed completions of `tokens` tokens with the end-of-generation ids biased away, and report each measured
+// run's time to the first chunk, completion tokens and time from the first to the last chunk. Medians are
+// taken by the caller. Timings only: nothing here asserts on them.
+
+const now = () => performance.now();
+const log = (...args) => console.log('[bench]', ...args);
+
+/** Reads a stream of completion chunks; times are relative to `t0`. */
+async function consume(iter, t0) {
+  let first = null;
+  let last = null;
+  let usage = null;
+  let timings = null;
+  let chunks = 0;
+  let text = '';
+  for await (const chunk of iter) {
+    const t = now() - t0;
+    if (chunk.choices?.length) {
+      first ??= t;
+      last = t;
+      chunks += 1;
+      text += chunk.choices.map((c) => c.text ?? '').join('');
+    }
+    if (chunk.usage) usage = chunk.usage;
+    if (chunk.timings) timings = chunk.timings;
+  }
+  if (first === null) throw new Error('the stream had no chunk with a choice');
+  return { first, last, usage, timings, chunks, text };
+}
+
+/** Runs every prompt through `create(ids)` (which starts a streamed completion) and records the runs. */
+async function runPrompts(label, { prompts, runs, warmup }, create) {
+  const out = {};
+  for (const [size, ids] of Object.entries(prompts)) {
+    const list = [];
+    let text = '';
+    for (let i = 0; i < warmup + runs; i++) {
+      const warm = i < warmup;
+      const t0 = now();
+      const r = await consume(await create(ids, size), t0);
+      const completion = r.usage?.completion_tokens ?? r.chunks;
+      const run = {
+        ttft_ms: r.first,
+        total_ms: r.last,
+        decode_ms: r.last - r.first,
+        prompt_tokens: r.usage?.prompt_tokens ?? ids.length,
+        completion_tokens: completion,
+        chunks: r.chunks,
+      };
+      if (r.timings) run.engine_timings = r.timings;
+      log(`${label} prompt ${size} ${warm ? 'warm-up' : 'run'} ${warm ? i + 1 : i + 1 - warmup}: ttft ${r.first.toFixed(0)} ms, ${completion} tokens in ${r.last.toFixed(0)} ms`);
+      if (!warm) list.push(run);
+      text = r.text;
+    }
+    out[size] = { runs: list, text };
+  }
+  return out;
+}
+
+const biasOf = (stopIds) => Object.fromEntries(stopIds.map((id) => [String(id), -100]));
+
+window.benchKiln = async ({ device, model, prompts, stopIds, tokens, runs, warmup }) => {
+  const label = `kiln ${device}`;
+  log(`${label}: loading ${model}`);
+  const t0 = now();
+  const { Engine } = await import('/pkg/index.js');
+  let lastPhase = '';
+  const engine = await Engine.load({
+    model: 'bench',
+    source: model,
+    device,
+    onProgress: ({ phase }) => {
+      if (phase !== lastPhase) log(`${label}: ${phase}`);
+      lastPhase = phase;
+    },
+  });
+  const loadMs = now() - t0;
+  log(`${label}: loaded in ${loadMs.toFixed(0)} ms on ${JSON.stringify(engine.device)}`);
+  // The wasm-bindgen glue's default export returns the initialised module's exports once it has run.
+  const wasm = await (await import('/pkg/kiln.js')).default();
+  const bias = biasOf(stopIds);
+  const results = await runPrompts(label, { prompts, runs, warmup }, (ids) => engine.completions.create({
+    model: 'bench', prompt: ids, max_tokens: tokens, temperature: 0, logit_bias: bias,
+    stream: true, stream_options: { include_usage: true },
+  }));
+  // Wasm memory only grows: its size now is its peak.
+  const memory = wasm.memory?.buffer?.byteLength ?? null;
+  const info = engine.device;
+  await engine.unload();
+  return { device: info, load_ms: loadMs, wasm_memory_bytes: memory, prompts: results };
+};
+
+/**
+ * wllama runs llama.cpp in a module Worker, out of the page's reach. To see that worker's wasm memory, the
+ * Worker constructor is wrapped for this page: the worker first runs a module that records every
+ * `WebAssembly.Memory` it creates or instantiates and answers size queries on a BroadcastChannel, then
+ * wllama's own worker code, unchanged.
+ */
+function watchWorkerMemory() {
+  const probe = `
+    const memories = [];
+    const keep = (m) => { if (m instanceof WebAssembly.Memory && !memories.includes(m)) memories.push(m); return m; };
+    const fromResult = (r) => { const inst = r.instance ?? r; for (const v of Object.values(inst.exports ?? {})) keep(v); return r; };
+    const Memory = WebAssembly.Memory;
+    WebAssembly.Memory = new Proxy(Memory, { construct: (T, args) => keep(new T(...args)) });
+    for (const name of ['instantiate', 'instantiateStreaming']) {
+      const f = WebAssembly[name];
+      if (f) WebAssembly[name] = (...args) => f.apply(WebAssembly, args).then(fromResult);
+    }
+    const Instance = WebAssembly.Instance;
+    WebAssembly.Instance = new Proxy(Instance, { construct: (T, args) => fromResult(new T(...args)) });
+    new BroadcastChannel('bench-memory').onmessage = (e) => {
+      if (e.data === 'query') {
+        const bytes = memories.map((m) => m.buffer.byteLength);
+        new BroadcastChannel('bench-memory').postMessage({ bytes });
+      }
+    };`;
+  const probeUrl = URL.createObjectURL(new Blob([probe], { type: 'text/javascript' }));
+  const Base = window.Worker;
+  window.Worker = class extends Base {
+    constructor(url, options) {
+      if (options?.type === 'module') {
+        const wrapper = `import ${JSON.stringify(probeUrl)};\nimport ${JSON.stringify(String(url))};\n`;
+        super(URL.createObjectURL(new Blob([wrapper], { type: 'text/javascript' })), options);
+      } else {
+        super(url, options);
+      }
+    }
+  };
+  return () => new Promise((resolve) => {
+    const channel = new BroadcastChannel('bench-memory');
+    const timer = setTimeout(() => resolve(null), 5000);
+    channel.onmessage = (e) => {
+      if (!e.data?.bytes) return;
+      clearTimeout(timer);
+      channel.close();
+      resolve(e.data.bytes.length ? Math.max(...e.data.bytes) : null);
+    };
+    channel.postMessage('query');
+  });
+}
+
+window.benchWllama = async ({ backend, model, prompts, texts, stopIds, tokens, runs, warmup, threads, nCtx }) => {
+  const queryMemory = watchWorkerMemory();
+  const lines = [];
+  const keep = (level) => (...args) => {
+    const line = args.map(String).join(' ');
+    lines.push(line);
+    if (level !== 'debug' || /webgpu|offload|backend|device|thread/i.test(line)) log(`wllama ${level}: ${line}`);
+  };
+  const logger = { debug: keep('debug'), log: keep('log'), warn: keep('warn'), error: keep('error') };
+  const label = `wllama ${backend}`;
+  log(`${label}: loading ${model}`);
+  const t0 = now();
+  const { Wllama } = await import('/wllama/esm/index.js');
+  const wllama = new Wllama({ default: '/wllama/esm/wasm/wllama.wasm' }, { logger });
+  // The same path as kiln's: the file fetched into memory, then handed over (no OPFS cache).
+  const response = await fetch(model);
+  if (!response.ok) throw new Error(`${model}: HTTP ${response.status}`);
+  const file = new File([await response.blob()], model.split('/').pop());
+  await wllama.loadModel([file], {
+    n_ctx: nCtx,
+    n_threads: threads,
+    n_gpu_layers: backend === 'webgpu' ? 99999 : 0,
+    n_parallel: 1,
+    log_level: 2, // INFO: the backend and layer offload lines
+  });
+  const loadMs = now() - t0;
+  const info = {
+    backend,
+    webgpu_available: wllama.isSupportWebGPU(),
+    multithread: wllama.isMultithread(),
+    threads: wllama.getNumThreads(),
+    libllama: Wllama.getLibllamaVersion?.() ?? null,
+    gpu_log: lines.filter((l) => /webgpu|offloaded|ggml_backend|using device|CPU_REPACK|model buffer/i.test(l)).slice(0, 20),
+  };
+  // Asking for WebGPU is not getting it: llama.cpp falls back to its CPU backend when ggml-webgpu registers no
+  // device (as on SwiftShader). Its load log says where the weights went.
+  if (backend === 'webgpu' && !lines.some((l) => /offloaded [1-9]\d*\/\d+ layers to GPU|WebGPU\S* model buffer/i.test(l))) {
+    info.backend = 'cpu';
+    info.note = 'WebGPU requested, but llama.cpp put no layer on a WebGPU device (its log shows only CPU buffers): it ran on its CPU path';
+  }
+  log(`${label}: loaded in ${loadMs.toFixed(0)} ms ${JSON.stringify(info)}`);
+  const bias = biasOf(stopIds);
+  // wllama's completion takes text, not token ids: the prompt's tokens decoded, which llama.cpp tokenizes back
+  // to the same ids (each run's `prompt_tokens` says how many it saw). No KV reuse between runs.
+  const results = await runPrompts(label, { prompts, runs, warmup }, (ids, size) => wllama.createCompletion({
+    prompt: texts[size], max_tokens: tokens, temperature: 0, logit_bias: bias, ignore_eos: true,
+    cache_prompt: false, stream: true, stream_options: { include_usage: true },
+  }));
+  const memory = await queryMemory();
+  await wllama.exit();
+  return { device: info, load_ms: loadMs, wasm_memory_bytes: memory, prompts: results, log: lines.slice(0, 200) };
+};
+
+window.benchReady = true;

