@@ -177,7 +177,7 @@ impl ReasoningSplitter {
 }
 
 /// The length of the longest suffix of `text` that is a proper prefix of `tag`.
-fn partial_suffix(text: &str, tag: &str) -> usize {
+pub(crate) fn partial_suffix(text: &str, tag: &str) -> usize {
     (1..tag.len())
         .rev()
         .filter(|&k| tag.is_char_boundary(k))

@@ -32,6 +32,7 @@ mod scan;
 
 pub use grammar::{GrammarOptions, ToolGrammarError, call_grammar};
 
+use super::reasoning::partial_suffix;
 use scan::{CallObject, Scan, ValueScan};
 
 /// A model family's tool-call syntax.
@@ -554,15 +555,6 @@ fn check_arguments(text: &str) -> Result<(), ToolParseError> {
             detail: e.to_string(),
         }),
     }
-}
-
-/// The length of the longest suffix of `text` that is a proper prefix of `tag`.
-fn partial_suffix(text: &str, tag: &str) -> usize {
-    (1..tag.len())
-        .rev()
-        .filter(|&k| tag.is_char_boundary(k))
-        .find(|&k| text.ends_with(&tag[..k]))
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -242,9 +242,14 @@ impl Constraint {
                 )));
             }
         };
+        Self::compile(vocab, TopLevelGrammar::from_json_schema(schema))
+    }
+
+    /// The parser of `grammar` over `vocab`'s tokens.
+    fn compile(vocab: &Vocab, grammar: TopLevelGrammar) -> Result<Self> {
         let parser = vocab
             .factory
-            .create_parser(TopLevelGrammar::from_json_schema(schema))
+            .create_parser(grammar)
             .map_err(|e| schema_error(format!("{e:#}")))?;
         let matcher = Matcher::new(Ok(parser));
         if let Some(e) = matcher.get_error() {
@@ -261,20 +266,7 @@ impl Constraint {
     /// A constraint from a grammar in llguidance's Lark syntax (tool calls: the family's call syntax with
     /// `%json { … }` arguments; special tokens referenced by id as `<[id]>`).
     pub fn lark(vocab: &Vocab, grammar: &str) -> Result<Self> {
-        let parser = vocab
-            .factory
-            .create_parser(TopLevelGrammar::from_lark(grammar.to_owned()))
-            .map_err(|e| schema_error(format!("{e:#}")))?;
-        let matcher = Matcher::new(Ok(parser));
-        if let Some(e) = matcher.get_error() {
-            return Err(schema_error(e));
-        }
-        Ok(Self {
-            matcher,
-            eos: vocab.eos,
-            len: vocab.len,
-            ended: false,
-        })
+        Self::compile(vocab, TopLevelGrammar::from_lark(grammar.to_owned()))
     }
 
     /// The set of tokens allowed next (bit `id` set: token `id` allowed). Once the value

@@ -2,8 +2,9 @@
 // headless Debian Chromium with WebGPU on SwiftShader, as a web app uses it, once with `Engine` (the model on
 // the page's thread) and once with `WorkerEngine` (the model in a module Web Worker): load a GGUF from a URL
 // with progress, the full and streaming paths of both endpoints, validation errors as KilnError, abort
-// mid-stream followed by an exact request, two concurrent requests (FIFO), the CPU backend giving WebGPU's
-// greedy text, and a Hugging Face model (config.json + tokenizer files + safetensors) loaded by URL.
+// mid-stream followed by an exact request, two concurrent requests (FIFO), JSON mode (llguidance in wasm), the
+// CPU backend giving WebGPU's greedy text, loading through the Cache API, and a Hugging Face model
+// (config.json + tokenizer files + safetensors) loaded by URL.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { launch } from './browser.mjs';
@@ -71,12 +72,22 @@ async function cases(mode) {
       engine.chat.completions.create(req),
       engine.completions.create({ model: 'tiny', prompt: 'Once upon', max_tokens: 6, temperature: 0, logit_bias: noSpecial }),
     ]);
+    // JSON mode: llguidance's masks run in the browser too; the reply parses as an object.
+    const json = await engine.chat.completions.create({ ...req, response_format: { type: 'json_object' }, max_tokens: 150, temperature: 1, seed: 5 });
     const device = engine.device;
     await engine.unload();
-    const cpu = await load({ model: 'tiny', source: '/fixtures/gguf/tiny-llama.gguf', device: 'cpu' });
+    // The CPU backend, loaded through the Cache API: the file is then in the cache, and a second load
+    // from it gives the same model.
+    const cacheName = 'kiln-models';
+    await caches.delete(cacheName);
+    const cpu = await load({ model: 'tiny', source: '/fixtures/gguf/tiny-llama.gguf', device: 'cpu', cache: true });
     const onCpu = await cpu.chat.completions.create(req);
     const cpuDevice = cpu.device;
     await cpu.unload();
+    const cached = Boolean(await (await caches.open(cacheName)).match(new URL('/fixtures/gguf/tiny-llama.gguf', location.href).href));
+    const again = await load({ model: 'tiny', source: '/fixtures/gguf/tiny-llama.gguf', device: 'cpu', cache: true });
+    const fromCache = await again.chat.completions.create(req);
+    await again.unload();
     // A Hugging Face directory by URL: the golden tiny Llama with its tokenizer files.
     const hfProgress = [];
     const dir = '/fixtures/golden/llama/';
@@ -96,7 +107,7 @@ async function cases(mode) {
     await hf.unload();
     return {
       progress, device, full, streamed, chunks, completion, completionStreamed, error, aborted, seen,
-      runningDone, queuedAbort, after, a, b, onCpu, cpuDevice, hfProgress, hfCompletion, golden,
+      runningDone, queuedAbort, after, a, b, onCpu, cpuDevice, hfProgress, hfCompletion, golden, json, cached, fromCache,
     };
   } finally {
     for (const w of workers) w.terminate();
@@ -170,6 +181,15 @@ for (const mode of (process.env.KILN_E2E_MODES ?? 'main,worker').split(',')) {
       assert.equal(r.b.choices[0].text, r.completion.choices[0].text);
       assert.equal(r.cpuDevice.kind, 'cpu');
       assert.equal(text(r.onCpu), text(r.full), 'the CPU backend gives the same greedy text');
+      assert.ok(r.cached, 'the model file is in the Cache API after a load with `cache: true`');
+      assert.equal(text(r.fromCache), text(r.full), 'a load from the cache gives the same model');
+      if (r.json.choices[0].finish_reason === 'stop') {
+        const value = JSON.parse(text(r.json));
+        assert.equal(typeof value, 'object', text(r.json));
+        assert.ok(value !== null && !Array.isArray(value), text(r.json));
+      } else {
+        assert.match(text(r.json), /^\s*\{/, 'a JSON object under way');
+      }
       assertProgress(r.hfProgress, 'HF');
       assert.equal(r.hfProgress.filter((p) => p.phase === 'download').at(-1).total > 429_000, true, 'download counts every file');
       // The golden model's greedy continuation equals transformers' (the same prompt ids, temperature 0).
