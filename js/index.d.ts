@@ -54,7 +54,10 @@ export interface LoadOptions {
   onProgress?: (progress: LoadProgress) => void;
   /** Keep the download in the Cache API, keyed by URL. */
   cache?: boolean;
-  /** `'auto'` (default): WebGPU when the browser has an adapter, else the CPU backend. */
+  /**
+   * `'auto'` (default): WebGPU on a hardware adapter, else the CPU backend (also in place of a software
+   * adapter such as SwiftShader, which is far slower than the CPU backend). `'webgpu'` takes any adapter.
+   */
   device?: 'webgpu' | 'cpu' | 'auto';
   /** Where `kiln_bg.wasm` is, when not beside this module. */
   wasm?: string | URL;

@@ -282,3 +282,20 @@ fn llama_and_mistral_families_force_parse_and_validate() {
         }
     }
 }
+
+#[test]
+fn mistral_templates_get_nine_character_ids_in_the_history() {
+    let m = tiny_qwen3_with_template("mistralai-Mistral-Nemo-Instruct-2407.jinja");
+    let history = json!([
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "call_abcdefghijklmnopqrstuvwx", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"unit\": \"celsius\", \"days\": 1}"}}]},
+        {"role": "tool", "tool_call_id": "call_abcdefghijklmnopqrstuvwx", "content": "{\"temp\": 21}"},
+    ]);
+    // The template raises on OpenAI's ids; kiln maps them (the same way for the call and its result).
+    let out = chat(
+        &m,
+        json!({"model": "qwen3-tiny", "messages": history, "tools": [weather()], "max_tokens": 3, "temperature": 0}),
+    );
+    assert_eq!(out.usage.completion_tokens, 3);
+}

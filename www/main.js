@@ -46,7 +46,8 @@ function showDevice(device) {
     const name = device.adapter || browserAdapter || 'unknown adapter';
     line.textContent = `WebGPU · ${name}${device.deviceType ? ` (${device.deviceType})` : ''}`;
   } else {
-    const why = absence ? `${absence}: ` : ($('model-device').value === 'cpu' ? 'chosen: ' : '');
+    const software = /fallback adapter/.test(browserAdapter) ? `WebGPU offers only a software adapter (${browserAdapter}), slower than kiln's CPU backend: ` : '';
+    const why = absence ? `${absence}: ` : ($('model-device').value === 'cpu' ? 'chosen: ' : software);
     line.textContent = `${why}running on the CPU backend${device.adapter ? ` · ${device.adapter}` : ''}`;
   }
   line.title = `backend ${device.backend}`;

@@ -171,8 +171,10 @@ impl Model {
         if let Some(effort) = req.reasoning_effort {
             extra.insert("enable_thinking".into(), (effort != ReasoningEffort::None).into());
         }
+        let mut messages: Vec<_> = req.messages.iter().map(super::prompt::template_message).collect();
+        super::tool_use::mistral_ids(&mut messages, &self.tokenizer);
         let inputs = TemplateInputs {
-            messages: req.messages.iter().map(super::prompt::template_message).collect(),
+            messages,
             tools: tools.as_ref().map(|t| t.template_tools.clone()),
             add_generation_prompt: true,
             extra,

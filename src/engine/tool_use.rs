@@ -124,3 +124,44 @@ impl ToolUse {
             .map(Some)
     }
 }
+
+/// Mistral's templates (Nemo, Small 3.x, Devstral) refuse tool-call ids that are not exactly 9 letters and
+/// digits, and OpenAI's are `call_` + 24. For those templates each id in the history (`tool_calls[].id`
+/// and `tool_call_id`) is replaced by 9 characters derived from it (FNV-1a, base 62), the same for a call
+/// and its result.
+pub fn mistral_ids(messages: &mut [Value], tok: &ModelTokenizer) {
+    if !matches!(
+        tool_format(&tok.template.source),
+        Some(ToolFormat::Mistral | ToolFormat::MistralArgs)
+    ) {
+        return;
+    }
+    let short = |id: &str| {
+        const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+        let mut h = id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+        (0..9)
+            .map(|_| {
+                let c = ALPHABET[(h % 62) as usize] as char;
+                h /= 62;
+                c
+            })
+            .collect::<String>()
+    };
+    for m in messages {
+        if let Some(id) = m.get("tool_call_id").and_then(Value::as_str) {
+            m["tool_call_id"] = short(id).into();
+        }
+        for call in m
+            .get_mut("tool_calls")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(id) = call.get("id").and_then(Value::as_str) {
+                call["id"] = short(id).into();
+            }
+        }
+    }
+}
