@@ -51,11 +51,8 @@ pub fn fingerprint() -> String {
     format!("fp_kiln_{}", env!("CARGO_PKG_VERSION").replace('.', "_"))
 }
 
-fn usage(prompt: usize, completion: usize) -> Usage {
-    Usage::new(prompt as u32, completion as u32, 0, 0)
-}
-
-fn usage_with_reasoning(prompt: usize, completion: usize, reasoning: u32) -> Usage {
+/// `usage` of a stream: `reasoning` of the completion tokens were spent thinking.
+fn usage(prompt: usize, completion: usize, reasoning: u32) -> Usage {
     Usage::new(prompt as u32, completion as u32, 0, reasoning)
 }
 
@@ -182,7 +179,7 @@ impl ChatStream {
                     self.finished = true;
                     if self.header.include_usage {
                         let reasoning = self.texts.iter().map(|t| t.reasoning_tokens).sum();
-                        let u = usage_with_reasoning(
+                        let u = usage(
                             self.generation.prompt_len(),
                             self.generation.completion_tokens(),
                             reasoning,
@@ -358,7 +355,7 @@ impl CompletionStream {
             let Some(run) = self.runs.front_mut() else {
                 self.finished = true;
                 if self.header.include_usage {
-                    let u = usage(self.prompt_tokens, self.completion_tokens);
+                    let u = usage(self.prompt_tokens, self.completion_tokens, 0);
                     self.queue.push_back(self.chunk(Vec::new(), Some(u)));
                 }
                 continue;

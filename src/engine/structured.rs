@@ -26,7 +26,7 @@ use crate::tokenizer::ModelTokenizer;
 /// tokenizer's (padded embedding rows, up to `model_vocab`) are masked off by the constraint itself.
 pub fn vocab(tok: &ModelTokenizer, model_vocab: usize) -> Result<Vocab, ConstraintError> {
     let n = tok.inner.get_vocab_size(true).min(model_vocab);
-    let added = tok.inner.get_added_tokens_decoder();
+    let added = tok.inner.get_added_vocabulary().get_added_tokens_decoder();
     let mut tokens = Vec::with_capacity(n);
     let mut special = Vec::with_capacity(n);
     for id in 0..n as u32 {

@@ -110,8 +110,10 @@ impl ModelTokenizer {
         let Some(piece) = self.inner.id_to_token(id) else {
             return Vec::new();
         };
+        // The added vocabulary by reference: `Tokenizer::get_added_tokens_decoder` clones the whole map.
         let special = self
             .inner
+            .get_added_vocabulary()
             .get_added_tokens_decoder()
             .get(&id)
             .is_some_and(|t| t.special);
