@@ -7,6 +7,8 @@
 //! - [`api`]: the OpenAI wire types, their validation, and errors in OpenAI's shape.
 //! - [`engine`]: device selection, loading a model from bytes, and the generation loop.
 //! - [`model`]: the Llama-family decoder in burn, its config and KV cache.
+//! - [`kernels`]: kiln's own compute over quantized weights (CPU; WebGPU), with the reference they are
+//!   tested against.
 //! - [`loader`]: weights from bytes (safetensors, sharded; GGUF with its quantised types), under Hugging Face
 //!   names.
 //! - [`tokenizer`]: tokenizers (from `tokenizer.json` or GGUF metadata) and chat templates.
@@ -14,6 +16,7 @@
 
 pub mod api;
 pub mod engine;
+pub mod kernels;
 pub mod loader;
 pub mod model;
 pub mod sampling;

@@ -58,6 +58,25 @@ async fn golden_models_on_cpu_in_wasm() {
 
 mod real;
 
+mod quant_kernels;
+
+/// kiln's quantized matmul (GEMV and tiled) and embedding gather per GGML type on WebGPU (SwiftShader: no
+/// `shader-f16`, no subgroups) and on the CPU backend in wasm32, against the reference dequantisation. 16-bit
+/// float weights stay 16-bit on the GPU only (the CPU backend widens them and runs burn's f32 gemm).
+#[wasm_bindgen_test]
+async fn quantized_kernels_match_the_reference() {
+    let gpu = device::gpu().await.expect("a WebGPU adapter");
+    let (cpu, _) = device::cpu();
+    for ty in quant_kernels::TYPES {
+        let on_gpu = quant_kernels::check(ty, &gpu.device).await;
+        console_log!("{ty:?}: worst relative error on WebGPU {on_gpu:e}");
+        if ty.is_quantized() {
+            let on_cpu = quant_kernels::check(ty, &cpu).await;
+            console_log!("{ty:?}: worst relative error on the CPU backend {on_cpu:e}");
+        }
+    }
+}
+
 /// The bytes at `url`, fetched by the browser.
 async fn fetch_bytes(url: &str) -> Vec<u8> {
     let window = web_sys::window().expect("a window");

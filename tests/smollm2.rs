@@ -22,6 +22,31 @@ fn smollm2_answers_the_capital_of_france() {
     eprintln!("SmolLM2 (flex): {answer:?}");
 }
 
+/// The weights stay in the file's blocks: what the CPU backend holds is the file's tensor bytes (norms
+/// widened to f32, a few KiB), not the 4.5× of f32 weights; the tied `lm_head` is the embedding table.
+#[test]
+fn smollm2_weights_stay_quantized() {
+    let bytes = model_bytes();
+    let g = kiln::loader::Gguf::parse(&bytes).unwrap();
+    let quantized: u64 = g
+        .tensors
+        .iter()
+        .filter(|(_, t)| t.ty.is_quantized())
+        .map(|(_, t)| (t.end - t.start) as u64)
+        .sum();
+    let m = Model::from_gguf("smollm2-135m", &bytes, &Device::flex()).unwrap();
+    let held = m.memory().weight_bytes;
+    eprintln!(
+        "SmolLM2: file {} bytes, quantized tensors {quantized}, held {held}",
+        bytes.len()
+    );
+    assert_eq!(
+        held, quantized,
+        "every quantized matrix is held as its blocks, the tied head once"
+    );
+    assert!(held < bytes.len() as u64);
+}
+
 #[test]
 fn smollm2_streams_samples_and_completes() {
     let m = Model::from_gguf("smollm2-135m", &model_bytes(), &Device::flex()).unwrap();

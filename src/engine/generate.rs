@@ -55,6 +55,11 @@ impl Runner {
         }
     }
 
+    /// Keeps only rows `rows` of the batch (the others have finished).
+    pub fn keep_rows(&mut self, rows: &[usize]) {
+        self.cache.keep_rows(rows);
+    }
+
     /// Positions the cache holds.
     pub fn len(&self) -> usize {
         self.cache.len

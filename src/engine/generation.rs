@@ -3,7 +3,8 @@
 //! [`Generation::next`] runs one device step and returns what every live choice added.
 //!
 //! A choice ends with `stop` on an end-of-generation id (not part of the text) or a stop string (the text
-//! ends before it), and with `length` when it reached its token budget or the context is full.
+//! ends before it), and with `length` when it reached its token budget or the context is full. A choice
+//! that has ended leaves the batch: its KV cache row is dropped and later steps run only the live ones.
 
 use std::sync::Arc;
 
@@ -78,6 +79,8 @@ pub struct Generation {
     runner: Option<Runner>,
     /// Logits for each choice's next token.
     rows: Vec<Vec<f32>>,
+    /// The choice each row of the runner's batch continues.
+    batch: Vec<usize>,
     choices: Vec<Choice>,
     /// Prompt tokens scored at prefill (prompt logprobs).
     pub prompt_tokens_out: Vec<TokenOut>,
@@ -109,6 +112,7 @@ impl Generation {
             params,
             runner: None,
             rows: Vec::new(),
+            batch: Vec::new(),
             choices,
             prompt_tokens_out: Vec::new(),
         }
@@ -149,10 +153,21 @@ impl Generation {
                 runner.fork(self.params.n);
                 self.runner = Some(runner);
                 self.rows = vec![last; self.params.n];
+                self.batch = (0..self.params.n).collect();
             }
             Some(runner) => {
-                let tokens: Vec<u32> = self.choices.iter().map(|c| c.last).collect();
-                self.rows = runner.step(&tokens).await?;
+                let live: Vec<usize> = (0..self.batch.len())
+                    .filter(|&r| !self.choices[self.batch[r]].done)
+                    .collect();
+                if live.len() < self.batch.len() {
+                    runner.keep_rows(&live);
+                    self.batch = live.iter().map(|&r| self.batch[r]).collect();
+                }
+                let tokens: Vec<u32> = self.batch.iter().map(|&i| self.choices[i].last).collect();
+                let rows = runner.step(&tokens).await?;
+                for (&i, row) in self.batch.iter().zip(rows) {
+                    self.rows[i] = row;
+                }
             }
         }
         let room = self.runner.as_ref().map_or(0, Runner::room);

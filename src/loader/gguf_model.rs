@@ -7,10 +7,11 @@
 //! `half·d/2 + i` is stored at row `2i + half`. Qwen2/Qwen3 files keep HF order (llama.cpp uses NeoX rope
 //! for them).
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use super::gguf::{Gguf, GgufError};
-use super::{LoadError, Weights};
+use super::{LoadError, RawTensor, Weights};
 use crate::model::ModelConfig;
 use crate::model::config::HfConfig;
 
@@ -182,16 +183,17 @@ pub fn gguf_name(hf: &str) -> Option<String> {
     Some(format!("blk.{layer}.{g}.{kind}"))
 }
 
-/// Undoes the converter's permutation of `rows` rows of `width` values, `heads` heads each `rows / heads`.
-fn unpermute(values: Vec<f32>, rows: usize, width: usize, heads: usize) -> Vec<f32> {
+/// Undoes the converter's permutation of `rows` rows of `width` bytes each, `heads` heads each
+/// `rows / heads` rows. Rows of a quantized tensor are whole blocks, so this works on any storage type.
+fn unpermute(stored: &[u8], rows: usize, width: usize, heads: usize) -> Vec<u8> {
     let d = rows / heads;
-    let mut out = vec![0.0; values.len()];
+    let mut out = vec![0; stored.len()];
     for head in 0..heads {
         for half in 0..2 {
             for i in 0..d / 2 {
                 let hf = head * d + half * (d / 2) + i;
                 let gg = head * d + 2 * i + half;
-                out[hf * width..(hf + 1) * width].copy_from_slice(&values[gg * width..(gg + 1) * width]);
+                out[hf * width..(hf + 1) * width].copy_from_slice(&stored[gg * width..(gg + 1) * width]);
             }
         }
     }
@@ -203,12 +205,13 @@ impl Weights for GgufWeights<'_, '_> {
         gguf_name(name).is_some_and(|g| self.file.tensor(&g).is_some())
     }
 
-    fn take(&mut self, name: &str, expected: &[usize]) -> Result<Vec<f32>, LoadError> {
+    fn take(&mut self, name: &str, expected: &[usize]) -> Result<RawTensor<'_>, LoadError> {
         let g = gguf_name(name).ok_or_else(|| LoadError::Missing(name.into()))?;
-        let (values, shape) = self
+        let info = self
             .file
-            .f32(&g)
+            .tensor(&g)
             .ok_or_else(|| LoadError::Missing(format!("{g} ({name})")))?;
+        let shape = info.shape();
         if shape != expected {
             return Err(LoadError::Shape {
                 name: format!("{g} ({name})"),
@@ -216,16 +219,33 @@ impl Weights for GgufWeights<'_, '_> {
                 actual: shape,
             });
         }
-        self.taken.insert(g);
-        let values = match self.permuted {
+        let bytes = self.file.data(info);
+        info.ty.check(bytes).map_err(|e| LoadError::Blocks {
+            name: format!("{g} ({name})"),
+            ty: info.ty.name(),
+            reason: e.to_string(),
+        })?;
+        let bytes = match self.permuted {
             Some((heads, kv_heads)) if name.contains("q_proj") || name.contains("k_proj") => {
                 let heads = if name.contains("q_proj") { heads } else { kv_heads };
-                let width = expected.get(1).copied().unwrap_or(1);
-                unpermute(values, expected[0], width, heads)
+                let rows = expected[0];
+                if rows == 0 || !bytes.len().is_multiple_of(rows) || !rows.is_multiple_of(2 * heads) {
+                    return Err(LoadError::Blocks {
+                        name: format!("{g} ({name})"),
+                        ty: info.ty.name(),
+                        reason: format!("its {rows} rows cannot be un-permuted into {heads} heads"),
+                    });
+                }
+                Cow::Owned(unpermute(bytes, rows, bytes.len() / rows, heads))
             }
-            _ => values,
+            _ => Cow::Borrowed(bytes),
         };
-        Ok(values)
+        self.taken.insert(g);
+        Ok(RawTensor {
+            ty: info.ty,
+            shape,
+            bytes,
+        })
     }
 
     fn leftover(&self) -> Option<String> {
@@ -237,11 +257,11 @@ impl Weights for GgufWeights<'_, '_> {
             .cloned()
     }
 
-    fn total_elements(&self) -> usize {
+    fn total_bytes(&self) -> u64 {
         self.file
             .tensors
             .iter()
-            .map(|(_, t)| t.dims.iter().product::<usize>())
+            .map(|(_, t)| (t.end - t.start) as u64)
             .sum()
     }
 }
@@ -270,11 +290,11 @@ mod tests {
     #[test]
     fn unpermute_inverts_the_converters_permutation() {
         // One head of d = 4 rows, width 1: HF rows [a0 a1 b0 b1] (halves a, b) are stored as [a0 b0 a1 b1].
-        let stored = vec![0.0, 2.0, 1.0, 3.0];
-        assert_eq!(unpermute(stored, 4, 1, 1), [0.0, 1.0, 2.0, 3.0]);
+        let stored = [0u8, 2, 1, 3];
+        assert_eq!(unpermute(&stored, 4, 1, 1), [0, 1, 2, 3]);
         // Two heads of d = 4, width 2.
-        let hf: Vec<f32> = (0..16).map(|x| x as f32).collect();
-        let mut stored = vec![0.0; 16];
+        let hf: Vec<u8> = (0..16).collect();
+        let mut stored = vec![0; 16];
         for head in 0..2 {
             for half in 0..2 {
                 for i in 0..2 {
@@ -283,6 +303,6 @@ mod tests {
                 }
             }
         }
-        assert_eq!(unpermute(stored, 8, 2, 2), hf);
+        assert_eq!(unpermute(&stored, 8, 2, 2), hf);
     }
 }

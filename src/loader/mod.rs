@@ -2,33 +2,54 @@
 //! under Hugging Face tensor names. Every tensor is checked against the shape the config implies; a missing,
 //! extra or mis-shaped tensor is an error naming it.
 
+pub mod derive;
 pub mod gguf;
 pub mod gguf_model;
+pub mod gguf_write;
 pub mod quant;
 pub mod safetensors;
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::ModelConfig;
 pub use gguf::{Array, Gguf, GgufError, Value};
 pub use gguf_model::GgufWeights;
-pub use quant::GgmlType;
+pub use quant::{BlockError, GgmlType};
 pub use safetensors::{Safetensors, SafetensorsError, ShardIndex};
 
-/// A checkpoint as the decoder sees it: tensors by Hugging Face name, as row-major f32.
+/// A tensor as the checkpoint stores it: its GGML type, its row-major shape (Hugging Face order,
+/// `[out, in]` for a matrix) and its bytes, rows of whole blocks. Nothing is widened here; the model
+/// decides what to keep quantized.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawTensor<'a> {
+    pub ty: GgmlType,
+    pub shape: Vec<usize>,
+    pub bytes: Cow<'a, [u8]>,
+}
+
+impl RawTensor<'_> {
+    /// The values as f32 (for small tensors: norms, biases, and dense fallbacks).
+    pub fn to_f32(&self) -> Vec<f32> {
+        self.ty.dequantize(&self.bytes)
+    }
+}
+
+/// A checkpoint as the decoder sees it: tensors by Hugging Face name, as stored.
 pub trait Weights {
     /// Whether the checkpoint holds `name`.
     fn contains(&self, name: &str) -> bool;
-    /// Takes tensor `name` as f32, checking its shape against `expected`.
-    fn take(&mut self, name: &str, expected: &[usize]) -> Result<Vec<f32>, LoadError>;
+    /// Takes tensor `name` as stored, checking its shape against `expected` and its blocks (a NaN or
+    /// infinite scale is an error naming the tensor).
+    fn take(&mut self, name: &str, expected: &[usize]) -> Result<RawTensor<'_>, LoadError>;
     /// The first tensor nobody took, if any (in the checkpoint's own naming).
     fn leftover(&self) -> Option<String>;
-    /// The number of values across all the checkpoint's tensors (what loading will take, at most).
-    fn total_elements(&self) -> usize;
+    /// Bytes of tensor data in the checkpoint (what loading reads, at most).
+    fn total_bytes(&self) -> u64;
 }
 
 /// A [`Weights`] that reports loading progress: after each tensor taken, `on_progress(loaded, total)` in
-/// bytes of f32 values handed to the device. `loaded` only grows; [`Reporting::finish`] reports the total.
+/// bytes of the checkpoint's tensor data. `loaded` only grows; [`Reporting::finish`] reports the total.
 pub struct Reporting<'w, 'f> {
     inner: &'w mut dyn Weights,
     loaded: u64,
@@ -38,7 +59,7 @@ pub struct Reporting<'w, 'f> {
 
 impl<'w, 'f> Reporting<'w, 'f> {
     pub fn new(inner: &'w mut dyn Weights, on_progress: &'f mut dyn FnMut(u64, u64)) -> Self {
-        let total = 4 * inner.total_elements() as u64;
+        let total = inner.total_bytes();
         on_progress(0, total);
         Self {
             inner,
@@ -59,19 +80,19 @@ impl Weights for Reporting<'_, '_> {
         self.inner.contains(name)
     }
 
-    fn take(&mut self, name: &str, expected: &[usize]) -> Result<Vec<f32>, LoadError> {
-        let values = self.inner.take(name, expected)?;
-        self.loaded = (self.loaded + 4 * values.len() as u64).min(self.total);
+    fn take(&mut self, name: &str, expected: &[usize]) -> Result<RawTensor<'_>, LoadError> {
+        let raw = self.inner.take(name, expected)?;
+        self.loaded = (self.loaded + raw.bytes.len() as u64).min(self.total);
         (self.on_progress)(self.loaded, self.total);
-        Ok(values)
+        Ok(raw)
     }
 
     fn leftover(&self) -> Option<String> {
         self.inner.leftover()
     }
 
-    fn total_elements(&self) -> usize {
-        self.inner.total_elements()
+    fn total_bytes(&self) -> u64 {
+        self.inner.total_bytes()
     }
 }
 
@@ -84,6 +105,12 @@ pub enum LoadError {
     Gguf(#[from] GgufError),
     #[error(transparent)]
     Config(#[from] crate::model::ConfigError),
+    #[error("tensor `{name}` ({ty}): {reason}")]
+    Blocks {
+        name: String,
+        ty: &'static str,
+        reason: String,
+    },
     #[error("tensor `{0}` is missing")]
     Missing(String),
     #[error("tensor `{0}` is not part of this model (unexpected in the checkpoint)")]
@@ -152,23 +179,23 @@ impl Weights for Checkpoint<'_> {
         self.owner.contains_key(name)
     }
 
-    fn take(&mut self, name: &str, expected: &[usize]) -> Result<Vec<f32>, LoadError> {
+    fn take(&mut self, name: &str, expected: &[usize]) -> Result<RawTensor<'_>, LoadError> {
         let file = self
             .owner
             .get(name)
             .ok_or_else(|| LoadError::Missing(name.into()))?;
-        let (values, shape) = self.files[*file]
-            .f32(name)
+        let raw = self.files[*file]
+            .raw(name)
             .ok_or_else(|| LoadError::Missing(name.into()))??;
-        if shape != expected {
+        if raw.shape != expected {
             return Err(LoadError::Shape {
                 name: name.into(),
                 expected: expected.to_vec(),
-                actual: shape,
+                actual: raw.shape,
             });
         }
         self.taken.insert(name.into());
-        Ok(values)
+        Ok(raw)
     }
 
     /// Rotary `inv_freq` buffers of old checkpoints are recomputed from the config and so never count as
@@ -180,11 +207,11 @@ impl Weights for Checkpoint<'_> {
             .cloned()
     }
 
-    fn total_elements(&self) -> usize {
+    fn total_bytes(&self) -> u64 {
         self.files
             .iter()
             .flat_map(|f| f.tensors.values())
-            .map(|t| t.shape.iter().product::<usize>())
+            .map(|t| (t.end - t.start) as u64)
             .sum()
     }
 }

@@ -1,12 +1,15 @@
 //! safetensors from bytes: the header (`u64` little-endian length, then JSON
-//! `{name: {dtype, shape, data_offsets}}`), and tensors read out as f32.
+//! `{name: {dtype, shape, data_offsets}}`), and tensors read out as stored (F32/F16/BF16 bytes) or as f32.
 //!
 //! Every size in the header is checked against the buffer with checked arithmetic before anything is read
 //! or allocated, so a truncated or hostile file is an error naming what is wrong, never a panic.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
+
+use super::{GgmlType, RawTensor};
 
 /// A safetensors file could not be read.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -119,16 +122,22 @@ impl<'a> Safetensors<'a> {
         })
     }
 
-    /// Reads tensor `name` as f32 values (row-major) with its shape.
-    pub fn f32(&self, name: &str) -> Option<Result<F32Tensor, SafetensorsError>> {
+    /// Tensor `name` as stored (F32, F16 or BF16, little-endian like GGML's), with its shape.
+    pub fn raw(&self, name: &str) -> Option<Result<RawTensor<'a>, SafetensorsError>> {
         let info = self.tensors.get(name)?;
         Some(self.read(name, info))
     }
 
-    fn read(&self, name: &str, info: &TensorInfo) -> Result<F32Tensor, SafetensorsError> {
-        let width = match info.dtype.as_str() {
-            "F32" => 4,
-            "F16" | "BF16" => 2,
+    /// Tensor `name` as f32 values (row-major) with its shape.
+    pub fn f32(&self, name: &str) -> Option<Result<F32Tensor, SafetensorsError>> {
+        Some(self.raw(name)?.map(|raw| (raw.to_f32(), raw.shape)))
+    }
+
+    fn read(&self, name: &str, info: &TensorInfo) -> Result<RawTensor<'a>, SafetensorsError> {
+        let ty = match info.dtype.as_str() {
+            "F32" => GgmlType::F32,
+            "F16" => GgmlType::F16,
+            "BF16" => GgmlType::BF16,
             other => {
                 return Err(SafetensorsError::Dtype {
                     file: self.file.clone(),
@@ -141,7 +150,7 @@ impl<'a> Safetensors<'a> {
         let expected = info
             .shape
             .iter()
-            .try_fold(width, |acc: usize, &d| acc.checked_mul(d));
+            .try_fold(ty.block_bytes(), |acc: usize, &d| acc.checked_mul(d));
         if expected != Some(bytes.len()) {
             return Err(SafetensorsError::Size {
                 file: self.file.clone(),
@@ -151,21 +160,11 @@ impl<'a> Safetensors<'a> {
                 actual: bytes.len(),
             });
         }
-        let values = match info.dtype.as_str() {
-            "F32" => bytes
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect(),
-            "F16" => bytes
-                .chunks_exact(2)
-                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
-            _ => bytes
-                .chunks_exact(2)
-                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
-        };
-        Ok((values, info.shape.clone()))
+        Ok(RawTensor {
+            ty,
+            shape: info.shape.clone(),
+            bytes: Cow::Borrowed(bytes),
+        })
     }
 }
 

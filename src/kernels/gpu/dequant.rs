@@ -1,0 +1,178 @@
+//! Reading GGML blocks inside `#[cube]` kernels: one element of a packed weight row, dequantised to f32.
+//!
+//! Weights live on the device as the file's bytes in a `u32` buffer (little-endian, the last word
+//! zero-padded). Every field of every supported block sits at an even byte offset (all block sizes are
+//! even), so a kernel reads bytes and 16-bit halves out of the word that holds them; nothing is ever read
+//! past the last word of a row's last block.
+//!
+//! `fmt` is the GGML type id (`enum ggml_type`), a comptime value: each kernel is compiled for one format
+//! and the branches for the others vanish. f16 scales are decoded from their bits by hand (WebGPU adapters
+//! without `shader-f16`, SwiftShader among them, have no f16 type); the loader rejects inf/NaN, so only
+//! normal numbers, subnormals and zero occur.
+//!
+//! The formulas follow llama.cpp's `dequantize_row_*` (`ggml-quants.c`), element by element: for element
+//! `e` of a row, the block `e / block_elems`, then the position inside it.
+
+use cubecl::prelude::*;
+
+/// `enum ggml_type` ids of the formats the kernels read.
+pub(crate) mod id {
+    pub const F32: u32 = 0;
+    pub const F16: u32 = 1;
+    pub const Q4_0: u32 = 2;
+    pub const Q4_1: u32 = 3;
+    pub const Q5_0: u32 = 6;
+    pub const Q5_1: u32 = 7;
+    pub const Q8_0: u32 = 8;
+    pub const Q4_K: u32 = 12;
+    pub const Q5_K: u32 = 13;
+    pub const Q6_K: u32 = 14;
+    pub const BF16: u32 = 30;
+}
+
+/// Elements and bytes per block of a format, `None` for one the kernels do not read.
+pub(crate) fn block_layout(fmt: u32) -> Option<(usize, usize)> {
+    Some(match fmt {
+        id::F32 => (1, 4),
+        id::F16 | id::BF16 => (1, 2),
+        id::Q4_0 => (32, 18),
+        id::Q4_1 => (32, 20),
+        id::Q5_0 => (32, 22),
+        id::Q5_1 => (32, 24),
+        id::Q8_0 => (32, 34),
+        id::Q4_K => (256, 144),
+        id::Q5_K => (256, 176),
+        id::Q6_K => (256, 210),
+        _ => return None,
+    })
+}
+
+/// Byte `off` of the buffer, in the low 8 bits.
+#[cube]
+pub(crate) fn byte_at(w: &[u32], off: usize) -> u32 {
+    (w[off / 4] >> (((off % 4) * 8) as u32)) & 0xFF
+}
+
+/// The little-endian 16 bits at the even byte offset `off`.
+#[cube]
+pub(crate) fn half_at(w: &[u32], off: usize) -> u32 {
+    (w[off / 4] >> (((off % 4) * 8) as u32)) & 0xFFFF
+}
+
+/// A signed byte as f32.
+#[cube]
+fn signed_byte(b: u32) -> f32 {
+    f32::cast_from(b) - f32::cast_from((b >> 7) * 256)
+}
+
+/// IEEE half bits → f32 (normal numbers, subnormals, ±0).
+#[cube]
+pub(crate) fn f16_to_f32(h: u32) -> f32 {
+    let sign = h >> 15;
+    let exp = (h >> 10) & 0x1F;
+    let mant = h & 0x3FF;
+    let mut v = f32::reinterpret((sign << 31) | ((exp + 112) << 23) | (mant << 13));
+    if exp == 0 {
+        // Subnormal or zero: mant · 2⁻²⁴, exact in f32.
+        let mag = f32::cast_from(mant) * 5.9604645e-8;
+        v = mag;
+        if sign == 1 {
+            v = -mag;
+        }
+    }
+    v
+}
+
+/// Scale (bits 0..6) and min (bits 8..14) of sub-block `j` (0..8) of a Q4_K/Q5_K super-block whose 12
+/// scale bytes start at `sc` (llama.cpp's `get_scale_min_k4`).
+#[cube]
+fn scale_min_k4(w: &[u32], sc: usize, j: usize) -> u32 {
+    if j < 4 {
+        (byte_at(w, sc + j) & 63) | ((byte_at(w, sc + j + 4) & 63) << 8)
+    } else {
+        let hi = byte_at(w, sc + j + 4);
+        let s = (hi & 0xF) | ((byte_at(w, sc + j - 4) >> 6) << 4);
+        let m = (hi >> 4) | ((byte_at(w, sc + j) >> 6) << 4);
+        s | (m << 8)
+    }
+}
+
+/// Element `e` of the weight row whose first block starts at byte `base`, dequantised.
+#[cube]
+pub(crate) fn dequant_elem(w: &[u32], base: usize, e: usize, #[comptime] fmt: u32) -> f32 {
+    let mut v = 0.0f32;
+    if comptime![fmt == id::F32] {
+        v = f32::reinterpret(w[base / 4 + e]);
+    } else if comptime![fmt == id::F16] {
+        v = f16_to_f32(half_at(w, base + 2 * e));
+    } else if comptime![fmt == id::BF16] {
+        v = f32::reinterpret(half_at(w, base + 2 * e) << 16);
+    } else if comptime![fmt == id::Q8_0] {
+        let bo = base + (e / 32) * 34;
+        let d = f16_to_f32(half_at(w, bo));
+        v = d * signed_byte(byte_at(w, bo + 2 + e % 32));
+    } else if comptime![fmt == id::Q4_0] {
+        let bo = base + (e / 32) * 18;
+        let j = e % 32;
+        let d = f16_to_f32(half_at(w, bo));
+        let q = (byte_at(w, bo + 2 + j % 16) >> (((j / 16) * 4) as u32)) & 0xF;
+        v = d * (f32::cast_from(q) - 8.0);
+    } else if comptime![fmt == id::Q4_1] {
+        let bo = base + (e / 32) * 20;
+        let j = e % 32;
+        let d = f16_to_f32(half_at(w, bo));
+        let m = f16_to_f32(half_at(w, bo + 2));
+        let q = (byte_at(w, bo + 4 + j % 16) >> (((j / 16) * 4) as u32)) & 0xF;
+        v = d * f32::cast_from(q) + m;
+    } else if comptime![fmt == id::Q5_0] {
+        let bo = base + (e / 32) * 22;
+        let j = e % 32;
+        let d = f16_to_f32(half_at(w, bo));
+        let qh = half_at(w, bo + 2) | (half_at(w, bo + 4) << 16);
+        let lo = (byte_at(w, bo + 6 + j % 16) >> (((j / 16) * 4) as u32)) & 0xF;
+        let q = lo | (((qh >> (j as u32)) & 1) << 4);
+        v = d * (f32::cast_from(q) - 16.0);
+    } else if comptime![fmt == id::Q5_1] {
+        let bo = base + (e / 32) * 24;
+        let j = e % 32;
+        let d = f16_to_f32(half_at(w, bo));
+        let m = f16_to_f32(half_at(w, bo + 2));
+        let qh = half_at(w, bo + 4) | (half_at(w, bo + 6) << 16);
+        let lo = (byte_at(w, bo + 8 + j % 16) >> (((j / 16) * 4) as u32)) & 0xF;
+        let q = lo | (((qh >> (j as u32)) & 1) << 4);
+        v = d * f32::cast_from(q) + m;
+    } else if comptime![fmt == id::Q4_K || fmt == id::Q5_K] {
+        // d, dmin, scales[12], (Q5_K: qh[32]), qs[128]; 64-element chunks of 2 sub-blocks of 32.
+        let bytes = comptime![if fmt == id::Q4_K { 144usize } else { 176usize }];
+        let qs_off = comptime![if fmt == id::Q4_K { 16usize } else { 48usize }];
+        let bo = base + (e / 256) * bytes;
+        let i = e % 256;
+        let c = i / 64;
+        let hi = (i % 64) / 32;
+        let l = i % 32;
+        let d = f16_to_f32(half_at(w, bo));
+        let dmin = f16_to_f32(half_at(w, bo + 2));
+        let sm = scale_min_k4(w, bo + 4, 2 * c + hi);
+        let sc = f32::cast_from(sm & 0xFF);
+        let mn = f32::cast_from(sm >> 8);
+        let mut q = (byte_at(w, bo + qs_off + c * 32 + l) >> ((hi * 4) as u32)) & 0xF;
+        if comptime![fmt == id::Q5_K] {
+            q += ((byte_at(w, bo + 16 + l) >> ((2 * c + hi) as u32)) & 1) << 4;
+        }
+        v = d * sc * f32::cast_from(q) - dmin * mn;
+    } else if comptime![fmt == id::Q6_K] {
+        // ql[128], qh[64], scales[16] (i8), d; two 128-element halves of four 32-element quarters.
+        let bo = base + (e / 256) * 210;
+        let i = e % 256;
+        let h = i / 128;
+        let r = i % 128;
+        let qq = r / 32;
+        let l = r % 32;
+        let lo = (byte_at(w, bo + h * 64 + l + (qq % 2) * 32) >> (((qq / 2) * 4) as u32)) & 0xF;
+        let hb = (byte_at(w, bo + 128 + h * 32 + l) >> ((2 * qq) as u32)) & 3;
+        let sc = signed_byte(byte_at(w, bo + 192 + h * 8 + l / 16 + 2 * qq));
+        let d = f16_to_f32(half_at(w, bo + 208));
+        v = d * sc * (f32::cast_from(lo | (hb << 4)) - 32.0);
+    }
+    v
+}

@@ -1,0 +1,249 @@
+//! `y = x · Wᵀ` over packed GGML rows: a GEMV kernel for decode (`m ≤ 8`) and a tiled kernel for
+//! prefill (`m > 8`). Both dequantise in the kernel; no f32 weight is written to global memory.
+//!
+//! Shapes: `x: [m, k]` f32 (row-major, contiguous), `w`: `n` packed rows of `k` elements, `y: [m, n]` f32.
+//!
+//! **GEMV.** One workgroup of `GEMV_WG` (64) threads per weight row: thread `t` dequantises elements
+//! `t, t + 64, …` of the row (consecutive threads read consecutive bytes) and multiplies each by the same
+//! column of all `m` activation rows, keeping `m` register accumulators; a shared-memory tree then sums
+//! the 64 partial sums of each of the `m` outputs. The weight row is read once for all `m` rows.
+//! Workgroups past `n` (the grid is 2-D when `n` exceeds 65 535) do no work but pass every barrier.
+//!
+//! **Tiled.** A workgroup of 16 × 16 threads computes a `TILE × TILE` (32 × 32) tile of `y`, each thread
+//! a 2 × 2 sub-tile (rows `ty, ty + 16`, columns `tx, tx + 16`). Per K step of `TILE` elements (one
+//! Q4_0/Q8_0/… block, an eighth of a K-quant super-block) the workgroup dequantises a `TILE × TILE` tile
+//! of W and loads one of x into shared memory (4 elements per thread each, consecutive threads on
+//! consecutive `k`), then accumulates in registers. Rows are padded to `TILE + 1` floats so the column
+//! reads do not collide in banks. Elements past `m`, `n` or `k` load as 0 and are never read from global
+//! memory; outputs past `m`, `n` are not written. Shared memory: 2 × 32 × 33 × 4 B ≈ 8.4 KiB.
+
+use burn::backend::Cube;
+use burn::tensor::{DType, Shape, Tensor};
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::ops::numeric::empty_device_dtype;
+use cubecl::prelude::*;
+
+use super::GpuWeight;
+use super::dequant::dequant_elem;
+
+/// GEMV threads per workgroup (a power of two: the tree reduction halves it).
+pub(crate) const GEMV_WG: usize = 64;
+
+/// The largest `m` the GEMV path takes.
+pub(crate) const GEMV_MAX_M: usize = 8;
+
+#[cube(launch_unchecked)]
+pub(crate) fn gemv_kernel(
+    x: &[f32],
+    w: &[u32],
+    out: &mut [f32],
+    n: usize,
+    k: usize,
+    row_bytes: usize,
+    #[comptime] m: usize,
+    #[comptime] fmt: u32,
+) {
+    let col = CUBE_POS;
+    let tid = UNIT_POS as usize;
+    // m register accumulators.
+    let mut acc = Array::<f32>::new(m);
+    #[unroll]
+    for i in 0..m {
+        acc[i] = 0.0;
+    }
+    if col < n {
+        let base = col * row_bytes;
+        let mut e = tid;
+        while e < k {
+            let wv = dequant_elem(w, base, e, fmt);
+            #[unroll]
+            for i in 0..m {
+                acc[i] += wv * x[i * k + e];
+            }
+            e += GEMV_WG;
+        }
+    }
+    let mut partial = Shared::<[f32]>::new_slice(comptime![m * GEMV_WG]);
+    #[unroll]
+    for i in 0..m {
+        partial[i * GEMV_WG + tid] = acc[i];
+    }
+    sync_cube();
+    // From CUBE_DIM (= GEMV_WG), not `GEMV_WG / 2`: cubecl 0.11 expands a `let mut` initialised from a
+    // Rust constant as a constant, and `stride /= 2` then fails IR verification ("Expected operand type
+    // cube.ptr, but found cube.index").
+    let mut stride = CUBE_DIM as usize / 2;
+    while stride > 0 {
+        if tid < stride {
+            for i in 0..m {
+                let at = i * GEMV_WG + tid;
+                let sum = partial[at] + partial[at + stride];
+                partial[at] = sum;
+            }
+        }
+        sync_cube();
+        stride /= 2;
+    }
+    if tid < m && col < n {
+        out[tid * n + col] = partial[tid * GEMV_WG];
+    }
+}
+
+/// Tile edge (outputs per side, and the K step).
+pub(crate) const TILE: usize = 32;
+
+/// Threads per side of the workgroup.
+pub(crate) const THREADS: usize = 16;
+
+const PITCH: usize = TILE + 1;
+
+#[cube(launch_unchecked)]
+pub(crate) fn tiled_kernel(
+    x: &[f32],
+    w: &[u32],
+    out: &mut [f32],
+    m: usize,
+    n: usize,
+    k: usize,
+    row_bytes: usize,
+    #[comptime] fmt: u32,
+) {
+    let tid = UNIT_POS as usize;
+    let tx = tid % THREADS;
+    let ty = tid / THREADS;
+    let col0 = CUBE_POS_X as usize * TILE;
+    let row0 = CUBE_POS_Y as usize * TILE;
+    let mut xs = Shared::<[f32]>::new_slice(comptime![TILE * PITCH]);
+    let mut ws = Shared::<[f32]>::new_slice(comptime![TILE * PITCH]);
+    let mut a00 = 0.0f32;
+    let mut a01 = 0.0f32;
+    let mut a10 = 0.0f32;
+    let mut a11 = 0.0f32;
+    let mut k0 = 0usize;
+    while k0 < k {
+        #[unroll]
+        for q in 0..4 {
+            let idx = tid + q * THREADS * THREADS;
+            let r = idx / TILE;
+            let c = idx % TILE;
+            let gk = k0 + c;
+            let gm = row0 + r;
+            let gn = col0 + r;
+            let mut xv = 0.0f32;
+            if gm < m && gk < k {
+                xv = x[gm * k + gk];
+            }
+            let mut wv = 0.0f32;
+            if gn < n && gk < k {
+                wv = dequant_elem(w, gn * row_bytes, gk, fmt);
+            }
+            xs[r * PITCH + c] = xv;
+            ws[r * PITCH + c] = wv;
+        }
+        sync_cube();
+        #[unroll]
+        for kk in 0..TILE {
+            let x0 = xs[ty * PITCH + kk];
+            let x1 = xs[(ty + THREADS) * PITCH + kk];
+            let w0 = ws[tx * PITCH + kk];
+            let w1 = ws[(tx + THREADS) * PITCH + kk];
+            a00 += x0 * w0;
+            a01 += x0 * w1;
+            a10 += x1 * w0;
+            a11 += x1 * w1;
+        }
+        sync_cube();
+        k0 += TILE;
+    }
+    let r0 = row0 + ty;
+    let r1 = r0 + THREADS;
+    let c0 = col0 + tx;
+    let c1 = c0 + THREADS;
+    if r0 < m && c0 < n {
+        out[r0 * n + c0] = a00;
+    }
+    if r0 < m && c1 < n {
+        out[r0 * n + c1] = a01;
+    }
+    if r1 < m && c0 < n {
+        out[r1 * n + c0] = a10;
+    }
+    if r1 < m && c1 < n {
+        out[r1 * n + c1] = a11;
+    }
+}
+
+/// The largest number of workgroups along one grid dimension (WebGPU's default limit).
+const MAX_GROUPS: usize = 65535;
+
+/// A grid of at least `groups` workgroups, 2-D when one dimension cannot hold them (`CUBE_POS` is
+/// linear over both).
+fn linear_grid(groups: usize) -> CubeCount {
+    let x = groups.clamp(1, MAX_GROUPS);
+    let y = groups.div_ceil(x).max(1);
+    CubeCount::Static(x as u32, y as u32, 1)
+}
+
+/// `y = x · Wᵀ`: `x: [m, k]` f32 on the weight's device → `[m, n]` f32.
+///
+/// # Panics
+///
+/// If `x` is not `[m, k]` with the weight's `k`, or not on the weight's (wgpu) device.
+pub fn matmul(x: Tensor<2>, w: &GpuWeight) -> Tensor<2> {
+    let [m, k] = x.dims();
+    assert_eq!(k, w.k, "matmul: x is [{m}, {k}], the weight [{}, {}]", w.n, w.k);
+    let x = x.cast(DType::F32);
+    let x = match x.try_into_primitive::<Cube>() {
+        Ok(x) => into_contiguous(x),
+        Err(e) => panic!("matmul: x is not on a wgpu device: {e:?}"),
+    };
+    assert!(
+        x.device == w.device,
+        "matmul: x and the weight are on different devices"
+    );
+    let out = empty_device_dtype(
+        x.client.clone(),
+        x.device.clone(),
+        Shape::new([m, w.n]),
+        DType::F32,
+    );
+    if m == 0 {
+        return Tensor::from_primitive::<Cube>(out);
+    }
+    let weights = unsafe { BufferArg::from_raw_parts(w.handle.clone(), w.words) };
+    if m <= GEMV_MAX_M {
+        unsafe {
+            gemv_kernel::launch_unchecked(
+                &w.client,
+                linear_grid(w.n),
+                CubeDim::new_1d(GEMV_WG as u32),
+                x.into_buffer_arg(),
+                weights,
+                out.clone().into_buffer_arg(),
+                w.n,
+                w.k,
+                w.row_bytes,
+                m,
+                w.fmt,
+            );
+        }
+    } else {
+        let count = CubeCount::Static(w.n.div_ceil(TILE) as u32, m.div_ceil(TILE) as u32, 1);
+        unsafe {
+            tiled_kernel::launch_unchecked(
+                &w.client,
+                count,
+                CubeDim::new_1d((THREADS * THREADS) as u32),
+                x.into_buffer_arg(),
+                weights,
+                out.clone().into_buffer_arg(),
+                m,
+                w.n,
+                w.k,
+                w.row_bytes,
+                w.fmt,
+            );
+        }
+    }
+    Tensor::from_primitive::<Cube>(out)
+}

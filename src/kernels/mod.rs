@@ -1,0 +1,129 @@
+//! kiln's own compute over quantized weights: a weight matrix stays in its GGML blocks on the device it
+//! runs on, and the matmul (and the embedding gather) dequantise as they read.
+//!
+//! - [`reference`]: the plain definition (dequantise a row, dot it), what the kernels are tested against.
+//! - [`cpu`]: burn's `flex` CPU backend (natively and in wasm32 with simd128): the blocks stay in host
+//!   memory, activations are quantized per block and dotted with integer arithmetic.
+//! - [`gpu`]: burn's wgpu runtime (WebGPU in the browser): cubecl kernels over the blocks in a `u32`
+//!   storage buffer, a GEMV for decode steps and a tiled matmul for prefill, both dequantising in registers
+//!   (f16 scales decoded by hand, so no `shader-f16` is needed). 16-bit float weights stay 16-bit there too.
+//!
+//! [`QuantWeight`] is what a model holds: which device it lives on is decided once, at load, by
+//! [`QuantWeight::place`]; a device without a kernel for the type gets `None`, and the caller keeps the
+//! weight dense instead.
+//!
+//! Shapes: a weight is `n` rows (outputs) of `k` elements (inputs), row-major in blocks, the layout of a
+//! GGUF tensor (and of a Hugging Face `[out, in]` matrix); activations `x` are `[m, k]`, outputs `[m, n]`.
+
+pub mod cpu;
+pub mod gpu;
+pub mod reference;
+
+use std::sync::Arc;
+
+use burn::backend::flex::FlexTensor;
+use burn::backend::{DispatchDevice, Flex};
+use burn::tensor::{Device, Int, Tensor, TensorData};
+
+use crate::loader::GgmlType;
+
+/// A weight matrix kept in its GGML blocks.
+#[derive(Debug, Clone)]
+pub struct QuantWeight {
+    pub ty: GgmlType,
+    /// Rows (outputs).
+    pub n: usize,
+    /// Elements per row (inputs).
+    pub k: usize,
+    store: Store,
+}
+
+#[derive(Debug, Clone)]
+enum Store {
+    /// Host memory, for the CPU backend: `n` rows of `row_bytes` bytes.
+    Host(Arc<[u8]>),
+    /// A storage buffer on the wgpu device.
+    Gpu(Box<gpu::GpuWeight>),
+}
+
+impl QuantWeight {
+    /// Places `bytes` (`n` rows of `k` elements of `ty`) on `device`, or `None` when that device has no
+    /// kernel for `ty` (or the shape does not split into whole blocks).
+    pub fn place(ty: GgmlType, bytes: &[u8], n: usize, k: usize, device: &Device) -> Option<Self> {
+        let row = ty.row_bytes(k)?;
+        if row.checked_mul(n) != Some(bytes.len()) {
+            return None;
+        }
+        let store = match device.as_dispatch() {
+            DispatchDevice::Flex(_) if ty.is_quantized() && cpu::supports(ty) => {
+                Store::Host(Arc::from(bytes))
+            }
+            DispatchDevice::Cube(_)
+                if (ty.is_quantized() || matches!(ty, GgmlType::F16 | GgmlType::BF16))
+                    && gpu::supports(ty) =>
+            {
+                Store::Gpu(Box::new(gpu::upload(ty, bytes, n, k, device).ok()?))
+            }
+            _ => return None,
+        };
+        Some(Self { ty, n, k, store })
+    }
+
+    /// Bytes of the packed blocks.
+    pub fn bytes(&self) -> usize {
+        match &self.store {
+            Store::Host(b) => b.len(),
+            Store::Gpu(w) => w.device_bytes(),
+        }
+    }
+
+    /// `x: [m, k]` → `x · Wᵀ: [m, n]`, on the weight's device.
+    pub fn matmul(&self, x: Tensor<2>) -> Tensor<2> {
+        let [m, k] = x.dims();
+        debug_assert_eq!(k, self.k);
+        match &self.store {
+            Store::Host(bytes) => {
+                let values = flex_values(x);
+                let y = cpu::matmul(self.ty, bytes, self.n, self.k, &values, m);
+                let out = FlexTensor::from_data(TensorData::new(y, [m, self.n]));
+                Tensor::from_primitive::<Flex>(out)
+            }
+            Store::Gpu(w) => gpu::matmul(x, w),
+        }
+    }
+
+    /// Rows `ids` of the matrix, dequantised: `[ids.len(), k]` on `device` (the weight's).
+    pub fn rows(&self, ids: &[u32], device: &Device) -> Tensor<2> {
+        match &self.store {
+            Store::Host(bytes) => {
+                let row = self.ty.row_bytes(self.k).unwrap_or(0);
+                let mut out = vec![0.0; ids.len() * self.k];
+                for (dst, &id) in out.chunks_exact_mut(self.k).zip(ids) {
+                    let start = id as usize * row;
+                    // Whole rows of a checked tensor: this cannot fail.
+                    let decoded = self.ty.dequantize_into(&bytes[start..start + row], dst);
+                    debug_assert!(decoded.is_ok());
+                }
+                Tensor::from_data(TensorData::new(out, [ids.len(), self.k]), device)
+            }
+            Store::Gpu(w) => {
+                let ids = Tensor::<1, Int>::from_data(TensorData::new(ids.to_vec(), [ids.len()]), device);
+                gpu::embedding(w, ids)
+            }
+        }
+    }
+}
+
+/// The f32 values of a tensor on the flex backend, row-major (a view is made contiguous first).
+fn flex_values<const D: usize>(x: Tensor<D>) -> Vec<f32> {
+    match x.try_into_primitive::<Flex>() {
+        Ok(t) => {
+            let t = if t.is_contiguous() { t } else { t.to_contiguous() };
+            match t.as_slice::<f32>() {
+                Some(s) => s.to_vec(),
+                None => t.to_contiguous().storage::<f32>().to_vec(),
+            }
+        }
+        Err(e) => panic!("a host-stored quantized weight met a tensor of another backend: {e:?}"),
+    }
+}

@@ -1,0 +1,280 @@
+//! The KV cache: keys and values of every layer, `[b, K, allocated, d]` each (`b` sequences, `K` key-value
+//! heads, `d` head dim), grown in blocks of [`BLOCK`] positions as positions are appended (never allocated
+//! for the worst case: wasm memory never shrinks, so a preallocated 8192-position cache would stay
+//! resident for good), up to a `capacity` that bounds a request.
+//!
+//! Appending writes into the layer's tensor in place: the tensor is moved out of the cache while it is
+//! written (burn's `slice_assign` mutates a tensor whose buffer it holds alone, and copies one that is
+//! shared), so a decode step costs its new positions, not a copy of the cache.
+
+use burn::tensor::{Device, Tensor};
+
+/// Positions added per growth step.
+pub const BLOCK: usize = 256;
+
+/// Keys and values of every layer for up to `capacity` positions.
+#[derive(Debug, Clone)]
+pub struct KvCache {
+    /// Per layer `(keys, values)`, `None` until the first append (and while a layer is written).
+    layers: Vec<Option<(Tensor<4>, Tensor<4>)>>,
+    /// Positions filled so far.
+    pub len: usize,
+    /// The most positions this cache will hold.
+    pub capacity: usize,
+    /// Positions the tensors have room for.
+    allocated: usize,
+    batch: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    device: Device,
+}
+
+impl KvCache {
+    /// An empty cache for `batch` sequences of up to `capacity` positions over `layers` layers; nothing
+    /// is allocated yet.
+    pub fn new(
+        layers: usize,
+        batch: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        capacity: usize,
+        device: &Device,
+    ) -> Self {
+        Self {
+            layers: vec![None; layers],
+            len: 0,
+            capacity,
+            allocated: 0,
+            batch,
+            kv_heads,
+            head_dim,
+            device: device.clone(),
+        }
+    }
+
+    /// Sequences (rows) the cache holds.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
+    /// Positions the tensors have room for (a multiple of [`BLOCK`], at most `capacity`).
+    pub fn allocated(&self) -> usize {
+        self.allocated
+    }
+
+    /// Bytes the cache's tensors take on the device (f32).
+    pub fn device_bytes(&self) -> usize {
+        4 * 2 * self.layers.len() * self.batch * self.kv_heads * self.allocated * self.head_dim
+    }
+
+    /// Makes room for `t` positions, growing by whole blocks (capped at `capacity`). Existing positions
+    /// are copied once into the larger tensors.
+    fn reserve(&mut self, t: usize) {
+        if t <= self.allocated {
+            return;
+        }
+        let target = t.div_ceil(BLOCK).saturating_mul(BLOCK).min(self.capacity.max(t));
+        let extra = target - self.allocated;
+        let (b, k, d) = (self.batch, self.kv_heads, self.head_dim);
+        let zeros = || Tensor::<4>::zeros([b, k, extra, d], &self.device);
+        for layer in &mut self.layers {
+            *layer = Some(match layer.take() {
+                None => (zeros(), zeros()),
+                Some((keys, values)) => (
+                    Tensor::cat(vec![keys, zeros()], 2),
+                    Tensor::cat(vec![values, zeros()], 2),
+                ),
+            });
+        }
+        self.allocated = target;
+    }
+
+    /// Writes `k`, `v` (`[b, K, s, d]`) of `layer` at positions `len..len + s` and returns the layer's
+    /// keys and values for positions `0..len + s`, each `[b, K, len + s, d]`. The caller advances
+    /// [`KvCache::len`] once every layer has been appended ([`KvCache::advance`]).
+    pub fn append(&mut self, layer: usize, k: Tensor<4>, v: Tensor<4>) -> (Tensor<4>, Tensor<4>) {
+        let [b, kv, s, d] = k.dims();
+        let (pos, t) = (self.len, self.len + s);
+        self.reserve(t);
+        let (keys, values) = match self.layers[layer].take() {
+            Some(kv) => kv,
+            None => unreachable!("reserve allocated every layer"),
+        };
+        let keys = keys.slice_assign([0..b, 0..kv, pos..t, 0..d], k);
+        let values = values.slice_assign([0..b, 0..kv, pos..t, 0..d], v);
+        let out = (keys.clone().narrow(2, 0, t), values.clone().narrow(2, 0, t));
+        self.layers[layer] = Some((keys, values));
+        out
+    }
+
+    /// Records `s` appended positions (after every layer's [`KvCache::append`]).
+    pub fn advance(&mut self, s: usize) {
+        self.len += s;
+    }
+
+    /// Repeats the (single) cached row `n` times, so that `n` sequences continue from one shared prefill.
+    pub fn repeat_rows(&mut self, n: usize) {
+        self.map_rows(n, |t| t.repeat_dim(0, n));
+    }
+
+    /// Keeps only rows `rows` (in that order), e.g. when some of `n` choices have finished and should
+    /// stop costing compute.
+    pub fn keep_rows(&mut self, rows: &[usize]) {
+        if rows.len() == self.batch && rows.iter().enumerate().all(|(i, &r)| i == r) {
+            return;
+        }
+        let ids: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
+        let device = self.device.clone();
+        self.map_rows(rows.len(), |t| {
+            let ids = Tensor::<1, burn::tensor::Int>::from_data(
+                burn::tensor::TensorData::new(ids.clone(), [ids.len()]),
+                &device,
+            );
+            t.select(0, ids)
+        });
+    }
+
+    fn map_rows(&mut self, batch: usize, f: impl Fn(Tensor<4>) -> Tensor<4>) {
+        for layer in &mut self.layers {
+            *layer = layer.take().map(|(k, v)| (f(k), f(v)));
+        }
+        self.batch = batch;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::TensorData;
+
+    fn read(t: Tensor<4>) -> Vec<f32> {
+        let data = pollster::block_on(t.into_data_async()).expect("read back");
+        data.try_to_vec::<f32>().expect("f32 data")
+    }
+
+    #[test]
+    fn grows_by_blocks_and_keeps_what_was_appended() {
+        let device = Device::flex();
+        let (b, k, d) = (2, 1, 2);
+        let mut cache = KvCache::new(1, b, k, d, 600, &device);
+        assert_eq!(
+            cache.allocated(),
+            0,
+            "nothing is allocated before the first append"
+        );
+        // Position p of row r holds (r * 1000 + p) in both features; values are the negation.
+        let at = |p: usize, s: usize| {
+            let v: Vec<f32> = (0..b)
+                .flat_map(|r| (p..p + s).flat_map(move |q| [(r * 1000 + q) as f32; 2]))
+                .collect();
+            Tensor::<4>::from_data(TensorData::new(v, [b, k, s, d]), &device)
+        };
+        let (keys, _) = cache.append(0, at(0, 10), at(0, 10).neg());
+        cache.advance(10);
+        assert_eq!(keys.dims(), [b, k, 10, d]);
+        assert_eq!(cache.allocated(), BLOCK);
+        for p in 10..300 {
+            let (keys, values) = cache.append(0, at(p, 1), at(p, 1).neg());
+            cache.advance(1);
+            assert_eq!(keys.dims(), [b, k, p + 1, d]);
+            if p == 299 {
+                let (keys, values) = (read(keys), read(values));
+                for r in 0..b {
+                    for q in [0, 9, 10, 255, 256, 299] {
+                        let expected = (r * 1000 + q) as f32;
+                        assert_eq!(keys[(r * 300 + q) * d], expected, "row {r} position {q}");
+                        assert_eq!(values[(r * 300 + q) * d + 1], -expected);
+                    }
+                }
+            }
+        }
+        assert_eq!(
+            cache.allocated(),
+            2 * BLOCK,
+            "grown by one more block at position 256"
+        );
+        assert_eq!(cache.device_bytes(), 4 * 2 * b * k * 2 * BLOCK * d);
+        // The cap: never more than the capacity.
+        let mut small = KvCache::new(1, 1, 1, 1, 20, &device);
+        let one = Tensor::<4>::zeros([1, 1, 5, 1], &device);
+        small.append(0, one.clone(), one);
+        assert_eq!(small.allocated(), 20);
+    }
+
+    #[test]
+    fn finished_rows_leave_the_batch() {
+        let device = Device::flex();
+        let mut cache = KvCache::new(2, 3, 1, 1, 8, &device);
+        let rows = Tensor::<4>::from_data(TensorData::new(vec![0.0f32, 1.0, 2.0], [3, 1, 1, 1]), &device);
+        for layer in 0..2 {
+            cache.append(layer, rows.clone(), rows.clone());
+        }
+        cache.advance(1);
+        cache.keep_rows(&[2, 0]);
+        assert_eq!(cache.batch(), 2);
+        let next = Tensor::<4>::from_data(TensorData::new(vec![5.0f32, 6.0], [2, 1, 1, 1]), &device);
+        let (keys, _) = cache.append(1, next.clone(), next);
+        assert_eq!(read(keys), [2.0, 5.0, 0.0, 6.0]);
+    }
+}
+
+/// Not a test: the cost of one decode step's cache writes at SmolLM2-135M's shape (30 layers, 3 KV heads of
+/// 64, 1000 cached positions), written in place against the copy that `keys.clone().slice_assign(..)` made
+/// before. `cargo test --lib kv_cache::timing -- --ignored --nocapture` (dev profile; flex and wgpu).
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod timing {
+    use super::*;
+    use std::time::Instant;
+
+    fn run(device: &Device, name: &str) {
+        let (layers, k, d, len) = (30, 3, 64, 1000);
+        let step = || Tensor::<4>::ones([1, k, 1, d], device);
+        let sync = |t: Tensor<4>| {
+            let _ = pollster::block_on(t.narrow(2, 0, 1).into_data_async());
+        };
+        // In place, through the cache.
+        let mut cache = KvCache::new(layers, 1, k, d, 2048, device);
+        for layer in 0..layers {
+            cache.append(
+                layer,
+                Tensor::zeros([1, k, len, d], device),
+                Tensor::zeros([1, k, len, d], device),
+            );
+        }
+        cache.advance(len);
+        let steps = 20;
+        let start = Instant::now();
+        for _ in 0..steps {
+            let mut last = None;
+            for layer in 0..layers {
+                last = Some(cache.append(layer, step(), step()).0);
+            }
+            cache.advance(1);
+            sync(last.expect("layers"));
+        }
+        let in_place = start.elapsed().as_secs_f64() / steps as f64 * 1e3;
+        // The old way: a clone shares the buffer, so `slice_assign` copies the whole tensor.
+        let mut keys: Vec<Tensor<4>> = (0..2 * layers)
+            .map(|_| Tensor::zeros([1, k, 2048, d], device))
+            .collect();
+        let start = Instant::now();
+        for s in 0..steps {
+            let pos = len + s;
+            for t in &mut keys {
+                *t = t.clone().slice_assign([0..1, 0..k, pos..pos + 1, 0..d], step());
+            }
+            sync(keys[0].clone());
+        }
+        let copied = start.elapsed().as_secs_f64() / steps as f64 * 1e3;
+        eprintln!("{name}: cache writes per decode step: in place {in_place:.2} ms, copying {copied:.2} ms");
+    }
+
+    #[test]
+    #[ignore]
+    fn timing() {
+        run(&Device::flex(), "flex");
+        if let Ok(gpu) = pollster::block_on(crate::engine::device::gpu()) {
+            run(&gpu.device, "wgpu");
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! Weight matrices as the decoder holds them: quantized blocks where the device has a kernel for the
+//! type ([`QuantWeight`]), dense f32 otherwise (f32/f16/bf16 checkpoints, and types a device cannot run
+//! yet). The same matrix serves as a projection ([`Linear`]), as the embedding table, and as a tied
+//! `lm_head` ([`Matrix`]).
+//!
+//! Shapes: a matrix is `[out, in]` (Hugging Face order, GGUF's row layout); activations `[b, s, in]`.
+
+use burn::tensor::{Device, Int, Tensor, TensorData};
+
+use crate::kernels::QuantWeight;
+use crate::loader::RawTensor;
+
+/// A matrix `W: [out, in]`.
+#[derive(Debug, Clone)]
+pub enum Matrix {
+    /// `[out, in]` in f32 (the matmul reads it through a transposed view, as burn's `Linear` does).
+    Dense(Box<Tensor<2>>),
+    /// The checkpoint's blocks.
+    Quant(QuantWeight),
+}
+
+impl Matrix {
+    /// Places a checkpoint tensor of shape `[out, in]` on `device`, quantized where a kernel exists.
+    pub fn load(raw: &RawTensor<'_>, device: &Device) -> Self {
+        let [out, inp] = [raw.shape[0], raw.shape[1]];
+        match QuantWeight::place(raw.ty, &raw.bytes, out, inp, device) {
+            Some(q) => Self::Quant(q),
+            None => Self::Dense(Box::new(Tensor::from_data(
+                TensorData::new(raw.to_f32(), [out, inp]),
+                device,
+            ))),
+        }
+    }
+
+    /// `[out, in]`.
+    pub fn dims(&self) -> [usize; 2] {
+        match self {
+            Self::Dense(t) => t.dims(),
+            Self::Quant(q) => [q.n, q.k],
+        }
+    }
+
+    /// `x: [r, in]` → `x · Wᵀ: [r, out]`.
+    pub fn matmul(&self, x: Tensor<2>) -> Tensor<2> {
+        match self {
+            Self::Dense(w) => x.matmul(w.as_ref().clone().transpose()),
+            Self::Quant(q) => q.matmul(x),
+        }
+    }
+
+    /// Rows `ids` of `W` (an embedding lookup): `ids: [b][s]` → `[b, s, in]`.
+    pub fn rows(&self, ids: &[Vec<u32>], device: &Device) -> Tensor<3> {
+        let (b, s) = (ids.len(), ids.first().map_or(0, Vec::len));
+        let [_, inp] = self.dims();
+        match self {
+            Self::Dense(w) => {
+                let flat: Vec<i64> = ids.iter().flatten().map(|&id| i64::from(id)).collect();
+                let ids = Tensor::<2, Int>::from_data(TensorData::new(flat, [b, s]), device);
+                burn::tensor::module::embedding(*w.clone(), ids)
+            }
+            Self::Quant(q) => {
+                let flat: Vec<u32> = ids.iter().flatten().copied().collect();
+                q.rows(&flat, device).reshape([b, s, inp])
+            }
+        }
+    }
+
+    /// Bytes the matrix takes on its device.
+    pub fn device_bytes(&self) -> usize {
+        match self {
+            Self::Dense(t) => 4 * t.dims().iter().product::<usize>(),
+            Self::Quant(q) => q.bytes(),
+        }
+    }
+}
+
+/// `y = x Wᵀ + b`.
+#[derive(Debug, Clone)]
+pub struct Linear {
+    pub weight: Matrix,
+    /// `[out]`.
+    pub bias: Option<Tensor<1>>,
+}
+
+impl Linear {
+    /// `x: [b, s, in]` → `[b, s, out]`.
+    pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        let [b, s, n] = x.dims();
+        let [out, _] = self.weight.dims();
+        let y = self.weight.matmul(x.reshape([b * s, n])).reshape([b, s, out]);
+        match &self.bias {
+            Some(bias) => y + bias.clone().unsqueeze::<3>(),
+            None => y,
+        }
+    }
+}
