@@ -90,8 +90,9 @@ window.benchKiln = async ({ device, model, prompts, stopIds, tokens, runs, warmu
   // Wasm memory only grows: its size now is its peak.
   const memory = wasm.memory?.buffer?.byteLength ?? null;
   const info = engine.device;
+  const model_memory = engine.memory;
   await engine.unload();
-  return { device: info, load_ms: loadMs, wasm_memory_bytes: memory, prompts: results };
+  return { device: info, load_ms: loadMs, wasm_memory_bytes: memory, model_memory, prompts: results };
 };
 
 /**

@@ -17,7 +17,7 @@ export declare class KilnError extends Error {
 
 /**
  * Loading progress, in bytes: `download` (fetched, across all files), `parse` (the file read), `upload`
- * (weights handed to the device, as f32). Within a phase `loaded` only grows, and it ends at `total`.
+ * (tensor data of the file handed to the device, as stored). Within a phase `loaded` only grows, and it ends at `total`.
  */
 export interface LoadProgress {
   phase: 'download' | 'parse' | 'upload';
@@ -96,11 +96,21 @@ export interface KilnEngine {
   unload(): Promise<void>;
 }
 
+/** Where a loaded model's bytes are (`Engine.memory`). */
+export interface MemoryReport {
+  /** The weights as held on the device (quantized blocks stay packed). */
+  weightBytes: number;
+  /** What the device's allocator holds (weights, KV caches, activations); `null` on the CPU backend. */
+  deviceBytesInUse: number | null;
+  deviceBytesReserved: number | null;
+}
+
 /** A model running on this thread. */
 export declare class Engine implements KilnEngine {
   static load(options: LoadOptions): Promise<Engine>;
   readonly model: string;
   readonly device: DeviceInfo;
+  readonly memory: MemoryReport;
   readonly chat: KilnEngine['chat'];
   readonly completions: KilnEngine['completions'];
   unload(): Promise<void>;

@@ -205,6 +205,12 @@ export class Engine {
   /** The device the model runs on: `{ kind, backend, adapter, deviceType, shaderF16, limits }`. */
   get device() { return this.#model.device; }
 
+  /**
+   * The model's bytes now: `{ weightBytes, deviceBytesInUse, deviceBytesReserved }` (weights as held on the
+   * device, quantized blocks packed; the device allocator's figures, `null` on the CPU backend).
+   */
+  get memory() { return this.#model.memory; }
+
   /** Frees the model's device memory; the engine cannot be used afterwards. */
   async unload() {
     const release = await this.#queue.acquire();

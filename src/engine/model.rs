@@ -37,6 +37,15 @@ pub struct HfFiles<'a> {
     pub tokenizer: HfTokenizerFiles<'a>,
 }
 
+/// Bytes a loaded model takes (see [`Model::memory`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryReport {
+    pub weight_bytes: u64,
+    pub device_bytes_in_use: Option<u64>,
+    pub device_bytes_reserved: Option<u64>,
+}
+
 /// A model ready to generate.
 #[derive(Debug)]
 pub struct Model {
@@ -119,6 +128,18 @@ impl Model {
             })
             .as_ref()
             .map_err(|e| ApiError::cannot_serve(Some("response_format"), "unsupported_model", e.clone()))
+    }
+
+    /// Where the model's bytes are: its weights as held on the device (quantized blocks stay packed), and
+    /// what the device's allocator holds now (weights, KV caches, activations; `None` where the backend
+    /// does not report it, e.g. the CPU backend, whose memory is the wasm memory itself).
+    pub fn memory(&self) -> MemoryReport {
+        let pool = self.decoder.device().memory_pool_usage();
+        MemoryReport {
+            weight_bytes: self.decoder.device_bytes() as u64,
+            device_bytes_in_use: pool.as_ref().map(|p| p.bytes_in_use),
+            device_bytes_reserved: pool.map(|p| p.bytes_reserved),
+        }
     }
 
     /// What requests are validated against.

@@ -217,6 +217,13 @@ impl KilnModel {
         to_js(&self.device)
     }
 
+    /// The model's bytes: `{ weightBytes, deviceBytesInUse, deviceBytesReserved }` (the device figures are
+    /// `null` on the CPU backend, whose memory is the wasm memory).
+    #[wasm_bindgen(getter)]
+    pub fn memory(&self) -> Result<JsValue, JsValue> {
+        to_js(&self.model.memory())
+    }
+
     /// Parses and validates a chat request (throws the error object when it does not validate) and
     /// returns its stream; nothing runs on the device until the stream is pulled.
     #[wasm_bindgen(js_name = chatStream)]

