@@ -50,6 +50,14 @@ fn quantize_blocks<const N: usize>(x: &[f32], q: &mut [[i16; N]], d: &mut [f32])
     }
 }
 
+/// `d·q` of each block, row-major.
+fn dequantize_blocks<const N: usize>(q: &[[i16; N]], d: &[f32]) -> Vec<f32> {
+    q.iter()
+        .zip(d)
+        .flat_map(|(q, &d)| q.map(|v| d * f32::from(v)))
+        .collect()
+}
+
 /// `Σ q` exactly (at most 256 · 32767 in magnitude).
 #[inline(always)]
 fn sum(q: &[i16]) -> i32 {
@@ -97,11 +105,7 @@ impl Q16Rows {
 
     /// The values these blocks stand for (`d·q`), row-major: the kernels' exact input.
     pub fn dequantize(&self) -> Vec<f32> {
-        self.q
-            .iter()
-            .zip(&self.d)
-            .flat_map(|(q, &d)| q.map(|v| d * f32::from(v)))
-            .collect()
+        dequantize_blocks(&self.q, &self.d)
     }
 }
 
@@ -149,11 +153,7 @@ impl Q16KRows {
 
     /// The values these blocks stand for (`d·q`), row-major: the kernels' exact input.
     pub fn dequantize(&self) -> Vec<f32> {
-        self.q
-            .iter()
-            .zip(&self.d)
-            .flat_map(|(q, &d)| q.map(|v| d * f32::from(v)))
-            .collect()
+        dequantize_blocks(&self.q, &self.d)
     }
 }
 
