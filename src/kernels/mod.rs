@@ -83,8 +83,7 @@ impl QuantWeight {
         debug_assert_eq!(k, self.k);
         match &self.store {
             Store::Host(bytes) => {
-                let values = flex_values(x);
-                let y = cpu::matmul(self.ty, bytes, self.n, self.k, &values, m);
+                let y = with_flex_values(x, |values| cpu::matmul(self.ty, bytes, self.n, self.k, values, m));
                 let out = FlexTensor::from_data(TensorData::new(y, [m, self.n]));
                 Tensor::from_primitive::<Flex>(out)
             }
@@ -114,16 +113,15 @@ impl QuantWeight {
     }
 }
 
-/// The f32 values of a tensor on the flex backend, row-major (a view is made contiguous first).
-fn flex_values<const D: usize>(x: Tensor<D>) -> Vec<f32> {
-    match x.try_into_primitive::<Flex>() {
-        Ok(t) => {
-            let t = if t.is_contiguous() { t } else { t.to_contiguous() };
-            match t.as_slice::<f32>() {
-                Some(s) => s.to_vec(),
-                None => t.to_contiguous().storage::<f32>().to_vec(),
-            }
-        }
+/// Runs `f` on the f32 values of a tensor on the flex backend, row-major, borrowed from its storage (a
+/// strided or offset view is made contiguous first).
+fn with_flex_values<const D: usize, R>(x: Tensor<D>, f: impl FnOnce(&[f32]) -> R) -> R {
+    let t = match x.try_into_primitive::<Flex>() {
+        Ok(t) => t,
         Err(e) => panic!("a host-stored quantized weight met a tensor of another backend: {e:?}"),
+    };
+    match t.as_slice::<f32>() {
+        Some(values) => f(values),
+        None => f(t.to_contiguous().storage::<f32>()),
     }
 }

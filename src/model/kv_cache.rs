@@ -124,14 +124,11 @@ impl KvCache {
             return;
         }
         let ids: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
-        let device = self.device.clone();
-        self.map_rows(rows.len(), |t| {
-            let ids = Tensor::<1, burn::tensor::Int>::from_data(
-                burn::tensor::TensorData::new(ids.clone(), [ids.len()]),
-                &device,
-            );
-            t.select(0, ids)
-        });
+        let ids = Tensor::<1, burn::tensor::Int>::from_data(
+            burn::tensor::TensorData::new(ids, [rows.len()]),
+            &self.device,
+        );
+        self.map_rows(rows.len(), |t| t.select(0, ids.clone()));
     }
 
     fn map_rows(&mut self, batch: usize, f: impl Fn(Tensor<4>) -> Tensor<4>) {

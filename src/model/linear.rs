@@ -56,7 +56,7 @@ impl Matrix {
             Self::Dense(w) => {
                 let flat: Vec<i64> = ids.iter().flatten().map(|&id| i64::from(id)).collect();
                 let ids = Tensor::<2, Int>::from_data(TensorData::new(flat, [b, s]), device);
-                burn::tensor::module::embedding(*w.clone(), ids)
+                burn::tensor::module::embedding(w.as_ref().clone(), ids)
             }
             Self::Quant(q) => {
                 let flat: Vec<u32> = ids.iter().flatten().copied().collect();

@@ -30,9 +30,6 @@ use cubecl::server::Handle;
 
 use crate::loader::GgmlType;
 
-/// A GGML type id that is neither in [`GgmlType`]'s table nor read here.
-const MAX_GGML_ID: u32 = 64;
-
 /// Why a weight could not be put on the device.
 #[derive(Debug, thiserror::Error)]
 pub enum GpuKernelError {
@@ -110,14 +107,9 @@ impl GpuWeight {
     }
 }
 
-/// The GGML type id of `ty`, found through [`GgmlType::from_id`] so it follows the loader's table.
-fn ggml_id(ty: GgmlType) -> Option<u32> {
-    (0..MAX_GGML_ID).find(|&id| GgmlType::from_id(id) == Some(ty))
-}
-
 /// Whether the kernels read `ty`.
 pub fn supports(ty: GgmlType) -> bool {
-    ggml_id(ty).is_some_and(supports_ggml)
+    supports_ggml(ty.id())
 }
 
 /// Whether the kernels read the GGML type id `type_id`.
@@ -134,8 +126,7 @@ pub fn upload(
     k: usize,
     device: &Device,
 ) -> Result<GpuWeight, GpuKernelError> {
-    let type_id = ggml_id(ty).ok_or(GpuKernelError::Unsupported(MAX_GGML_ID))?;
-    upload_ggml(type_id, bytes, n, k, device)
+    upload_ggml(ty.id(), bytes, n, k, device)
 }
 
 /// [`upload`] for a GGML type id (`enum ggml_type`), also for formats [`GgmlType`] does not name yet.
