@@ -10,6 +10,8 @@
 //! order differs: its error is below `k · 2⁻²⁴ · Σ|x||w|`, about `4.6e-5 · Σ|x||w|` for the largest
 //! `k = 768` here, and far less for the tree and tile sums.
 //!
+//! Split weights (a tensor over the storage binding limit, in several buffers) are in `kernels_gpu/split.rs`.
+//!
 //! The host reference is `GgmlType::dequantize` wherever `GgmlType` names the format; for the formats it
 //! does not name yet, this file's `host_dequantize`, a transcription of llama.cpp's `dequantize_row_*`.
 #![cfg(not(target_arch = "wasm32"))]
@@ -18,6 +20,11 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use half::{bf16, f16};
 use kiln::kernels::gpu::{self, GpuWeight};
 use kiln::loader::GgmlType;
+
+#[path = "kernels_gpu/split.rs"]
+mod split;
+
+mod quant_kernels;
 
 fn device() -> Device {
     match pollster::block_on(kiln::engine::device::gpu()) {
@@ -59,17 +66,21 @@ impl Rng {
 
 /// `(id, block elements, block bytes, offsets of the f16 scales in a block)`.
 const FORMATS: &[(u32, usize, usize, &[usize])] = &[
-    (3, 32, 20, &[0, 2]),    // Q4_1
-    (8, 32, 34, &[0]),       // Q8_0
-    (2, 32, 18, &[0]),       // Q4_0
-    (6, 32, 22, &[0]),       // Q5_0
-    (12, 256, 144, &[0, 2]), // Q4_K
-    (14, 256, 210, &[208]),  // Q6_K
-    (7, 32, 24, &[0, 2]),    // Q5_1
-    (13, 256, 176, &[0, 2]), // Q5_K
-    (1, 1, 2, &[0]),         // F16
-    (30, 1, 2, &[]),         // BF16
-    (0, 1, 4, &[]),          // F32
+    (3, 32, 20, &[0, 2]),     // Q4_1
+    (8, 32, 34, &[0]),        // Q8_0
+    (2, 32, 18, &[0]),        // Q4_0
+    (6, 32, 22, &[0]),        // Q5_0
+    (12, 256, 144, &[0, 2]),  // Q4_K
+    (14, 256, 210, &[208]),   // Q6_K
+    (7, 32, 24, &[0, 2]),     // Q5_1
+    (13, 256, 176, &[0, 2]),  // Q5_K
+    (1, 1, 2, &[0]),          // F16
+    (30, 1, 2, &[]),          // BF16
+    (0, 1, 4, &[]),           // F32
+    (10, 256, 84, &[80, 82]), // Q2_K
+    (11, 256, 110, &[108]),   // Q3_K
+    (20, 32, 18, &[0]),       // IQ4_NL
+    (23, 256, 136, &[0]),     // IQ4_XS
 ];
 
 /// `elems` elements' worth of random blocks of format `id`.
@@ -325,6 +336,35 @@ format_tests! {
     float16: 1,
     bfloat16: 30,
     float32: 0,
+    q2_k: 10,
+    q3_k: 11,
+    iq4_nl: 20,
+    iq4_xs: 23,
+}
+
+/// Every weight type the loader reads has a GPU kernel (none is widened to f32 on the device).
+#[test]
+fn every_weight_type_is_read() {
+    for ty in GgmlType::ALL {
+        if ty == GgmlType::Q8_K {
+            continue; // an activation format, never a weight in a file kiln reads
+        }
+        assert!(gpu::supports(ty), "{ty:?} has a GPU kernel");
+        assert!(
+            FORMATS.iter().any(|f| f.0 == ty.id()),
+            "{ty:?} is among this file's test formats"
+        );
+    }
+}
+
+/// The cases the browser test runs on WebGPU (`quant_kernels`), here on native wgpu through `QuantWeight`.
+#[test]
+fn shared_cases_pass_on_native_wgpu() {
+    let device = device();
+    for ty in quant_kernels::TYPES {
+        let worst = pollster::block_on(quant_kernels::check(ty, &device));
+        eprintln!("{ty:?}: worst relative error {worst:e}");
+    }
 }
 
 /// The transcription above and the loader agree where both read a format (a check of the reference).
@@ -422,7 +462,8 @@ fn gemv_covers_a_vocabulary_sized_matrix() {
 #[test]
 fn bad_inputs_are_errors() {
     let device = device();
-    assert!(!gpu::supports_ggml(10), "Q2_K is not read");
+    assert!(!gpu::supports_ggml(15), "Q8_K is not a weight format");
+    assert!(!gpu::supports_ggml(16), "IQ2_XXS is not read");
     let err = gpu::upload(GgmlType::Q8_0, &[0; 34], 1, 33, &device).expect_err("k not whole blocks");
     assert!(matches!(err, gpu::GpuKernelError::BadRowLength { .. }), "{err}");
     let err = gpu::upload(GgmlType::Q8_0, &[0; 33], 1, 32, &device).expect_err("short bytes");

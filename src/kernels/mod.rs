@@ -113,6 +113,16 @@ impl QuantWeight {
     }
 }
 
+/// The largest storage buffer binding `device` allows, in bytes (WebGPU's `maxStorageBufferBindingSize`,
+/// capped by `maxBufferSize`), as the loader may report it; `None` on a device that is not wgpu (the CPU
+/// backend has no such limit). A GPU weight larger than this is held in several buffers ([`gpu`]).
+pub fn max_binding_bytes(device: &Device) -> Option<u64> {
+    match device.as_dispatch() {
+        DispatchDevice::Cube(_) => gpu::max_binding_bytes(device),
+        _ => None,
+    }
+}
+
 /// Runs `f` on the f32 values of a tensor on the flex backend, row-major, borrowed from its storage (a
 /// strided or offset view is made contiguous first).
 fn with_flex_values<const D: usize, R>(x: Tensor<D>, f: impl FnOnce(&[f32]) -> R) -> R {

@@ -1,8 +1,8 @@
 //! kiln's quantized kernels on a device against the reference (each weight row dequantised by the loader's
 //! block formats, then an f64 dot): the matmul on a decode shape (GEMV path) and a prefill shape (tiled
 //! path), and the embedding gather, per GGML type. Shared by the browser tests (`browser.rs`: WebGPU on
-//! SwiftShader, and the CPU backend in wasm32); natively `kernels_gpu.rs` and `kernels_cpu.rs` test the
-//! kernels directly, on many more shapes.
+//! SwiftShader, and the CPU backend in wasm32) and by `kernels_gpu.rs` (native wgpu), which with
+//! `kernels_cpu.rs` also tests the kernels directly, on many more shapes.
 
 use burn::tensor::{Device, Tensor, TensorData};
 use kiln::kernels::{QuantWeight, reference};
@@ -18,8 +18,9 @@ pub fn tolerance(device: &Device) -> f32 {
     }
 }
 
-/// The types a device's kernels read, in the order the default model and `Q4_K_M` files need them.
-pub const TYPES: [GgmlType; 9] = [
+/// The types a device's kernels read, in the order the default model and `Q4_K_M` files need them, then
+/// the other weight types (F32 weights stay dense burn tensors: `QuantWeight::place` keeps none).
+pub const TYPES: [GgmlType; 14] = [
     GgmlType::Q4_1,
     GgmlType::Q8_0,
     GgmlType::Q4_0,
@@ -29,6 +30,11 @@ pub const TYPES: [GgmlType; 9] = [
     GgmlType::Q5_1,
     GgmlType::Q5_K,
     GgmlType::F16,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
+    GgmlType::BF16,
 ];
 
 /// A deterministic pseudo-random value in [-1, 1).

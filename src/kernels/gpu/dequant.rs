@@ -24,9 +24,13 @@ pub(crate) mod id {
     pub const Q5_0: u32 = 6;
     pub const Q5_1: u32 = 7;
     pub const Q8_0: u32 = 8;
+    pub const Q2_K: u32 = 10;
+    pub const Q3_K: u32 = 11;
     pub const Q4_K: u32 = 12;
     pub const Q5_K: u32 = 13;
     pub const Q6_K: u32 = 14;
+    pub const IQ4_NL: u32 = 20;
+    pub const IQ4_XS: u32 = 23;
     pub const BF16: u32 = 30;
 }
 
@@ -40,9 +44,13 @@ pub(crate) fn block_layout(fmt: u32) -> Option<(usize, usize)> {
         id::Q5_0 => (32, 22),
         id::Q5_1 => (32, 24),
         id::Q8_0 => (32, 34),
+        id::IQ4_NL => (32, 18),
+        id::Q2_K => (256, 84),
+        id::Q3_K => (256, 110),
         id::Q4_K => (256, 144),
         id::Q5_K => (256, 176),
         id::Q6_K => (256, 210),
+        id::IQ4_XS => (256, 136),
         _ => return None,
     })
 }
@@ -95,6 +103,22 @@ fn scale_min_k4(w: &[u32], sc: usize, j: usize) -> u32 {
         let m = (hi >> 4) | ((byte_at(w, sc + j) >> 6) << 4);
         s | (m << 8)
     }
+}
+
+/// Entry `q` (0..16) of the IQ4 codebook (`kvalues_iq4nl`: −127, −104, −83, −65, −49, −35, −22, −10, 1,
+/// 13, 25, 38, 53, 69, 89, 113), read from its sixteen signed bytes packed little-endian into four words.
+#[cube]
+fn iq4_value(q: u32) -> f32 {
+    let quad = q / 4;
+    let mut word = 0xBFAD_9881u32;
+    if quad == 1 {
+        word = 0xF6EA_DDCFu32;
+    } else if quad == 2 {
+        word = 0x2619_0D01u32;
+    } else if quad == 3 {
+        word = 0x7159_4535u32;
+    }
+    signed_byte((word >> ((q % 4) * 8)) & 0xFF)
 }
 
 /// Element `e` of the weight row whose first block starts at byte `base`, dequantised.
@@ -173,6 +197,54 @@ pub(crate) fn dequant_elem(w: &[u32], base: usize, e: usize, #[comptime] fmt: u3
         let sc = signed_byte(byte_at(w, bo + 192 + h * 8 + l / 16 + 2 * qq));
         let d = f16_to_f32(half_at(w, bo + 208));
         v = d * sc * (f32::cast_from(lo | (hb << 4)) - 32.0);
+    } else if comptime![fmt == id::Q2_K || fmt == id::Q3_K] {
+        // Element i = 128·h + 32·j + l of a super-block: 2 low bits in bits 2j of qs[32·h + l], sub-block
+        // (16 elements) s = i / 16. Q2_K: scales[16]@0 (scale | min << 4), qs@16, d@80, dmin@82. Q3_K:
+        // hmask[32]@0 (the third bit, bit 4h + j of hmask[l]), qs@32, 6-bit signed scales[12]@96, d@108.
+        let bytes = comptime![if fmt == id::Q2_K { 84usize } else { 110usize }];
+        let qs_off = comptime![if fmt == id::Q2_K { 16usize } else { 32usize }];
+        let bo = base + (e / 256) * bytes;
+        let i = e % 256;
+        let h = i / 128;
+        let j = (i / 32) % 4;
+        let l = i % 32;
+        let s = i / 16;
+        let low = (byte_at(w, bo + qs_off + 32 * h + l) >> ((2 * j) as u32)) & 3;
+        if comptime![fmt == id::Q2_K] {
+            let sc = byte_at(w, bo + s);
+            let d = f16_to_f32(half_at(w, bo + 80));
+            let dmin = f16_to_f32(half_at(w, bo + 82));
+            v = d * f32::cast_from(sc & 0xF) * f32::cast_from(low) - dmin * f32::cast_from(sc >> 4);
+        } else {
+            let mut lo4 = byte_at(w, bo + 96 + s % 8);
+            if s >= 8 {
+                lo4 >>= 4;
+            }
+            let hi2 = (byte_at(w, bo + 104 + s % 4) >> ((2 * (s / 4)) as u32)) & 3;
+            let scale = f32::cast_from((lo4 & 0xF) | (hi2 << 4)) - 32.0;
+            let high = (byte_at(w, bo + l) >> ((4 * h + j) as u32)) & 1;
+            let d = f16_to_f32(half_at(w, bo + 108));
+            v = d * scale * (f32::cast_from(low + 4 * high) - 4.0);
+        }
+    } else if comptime![fmt == id::IQ4_NL] {
+        // d@0, qs[16]@2: element j < 16 the low nibble of qs[j], j + 16 the high one.
+        let bo = base + (e / 32) * 18;
+        let j = e % 32;
+        let d = f16_to_f32(half_at(w, bo));
+        let q = (byte_at(w, bo + 2 + j % 16) >> (((j / 16) * 4) as u32)) & 0xF;
+        v = d * iq4_value(q);
+    } else if comptime![fmt == id::IQ4_XS] {
+        // d@0, scales_h: u16@2, scales_l[4]@4, qs[128]@8; eight 32-element sub-blocks with 6-bit scales.
+        let bo = base + (e / 256) * 136;
+        let i = e % 256;
+        let s = i / 32;
+        let j = i % 32;
+        let d = f16_to_f32(half_at(w, bo));
+        let sh = (half_at(w, bo + 2) >> ((2 * s) as u32)) & 3;
+        let sl = (byte_at(w, bo + 4 + s / 2) >> ((4 * (s % 2)) as u32)) & 0xF;
+        let dl = d * (f32::cast_from(sl | (sh << 4)) - 32.0);
+        let q = (byte_at(w, bo + 8 + 16 * s + j % 16) >> (((j / 16) * 4) as u32)) & 0xF;
+        v = dl * iq4_value(q);
     }
     v
 }

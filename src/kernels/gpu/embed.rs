@@ -3,7 +3,9 @@
 //! Shapes: `ids: [len]` (i32 or u32), table: `n` packed rows of `k` elements, `out: [len, k]` f32.
 //!
 //! One thread per output element. An id outside `0..n` yields a row of zeros rather than a read past the
-//! table ([`embedding`](super::embedding) documents it).
+//! table ([`embedding`](super::embedding) documents it). A table split into several buffers (see
+//! [`GpuWeight`]) takes one launch per part: each writes the output rows whose ids fall in its rows, and
+//! the first part also the zero rows, so every output element is written exactly once.
 
 use burn::backend::Cube;
 use burn::tensor::{DType, IntDType, Shape, Tensor};
@@ -24,6 +26,8 @@ pub(crate) fn embed_kernel<I: Int>(
     out: &mut [f32],
     total: usize,
     n: usize,
+    row0: usize,
+    table_rows: usize,
     k: usize,
     row_bytes: usize,
     #[comptime] fmt: u32,
@@ -34,14 +38,22 @@ pub(crate) fn embed_kernel<I: Int>(
         let e = pos % k;
         // i32, not i64: WGSL has no 64-bit integers.
         let id = i32::cast_from(ids[r]);
+        // The first part also writes the zeros of ids outside the whole table.
+        let mut write = row0 == 0;
         let mut v = 0.0f32;
         if id >= 0 {
             let row = id as usize;
-            if row < n {
-                v = dequant_elem(w, row * row_bytes, e, fmt);
+            if row < table_rows {
+                write = false;
+            }
+            if row >= row0 && row < row0 + n {
+                write = true;
+                v = dequant_elem(w, (row - row0) * row_bytes, e, fmt);
             }
         }
-        out[pos] = v;
+        if write {
+            out[pos] = v;
+        }
     }
 }
 
@@ -78,38 +90,44 @@ pub fn embedding(w: &GpuWeight, ids: Tensor<1, burn::tensor::Int>) -> Tensor<2> 
     }
     let cube_dim = CubeDim::new_1d(WG);
     let count = cubecl::calculate_cube_count_elemwise(&w.client, total, cube_dim);
-    let weights = unsafe { BufferArg::from_raw_parts(w.handle.clone(), w.words) };
     let dtype = ids.dtype;
-    let ids = ids.into_buffer_arg();
-    let out_arg = out.clone().into_buffer_arg();
-    unsafe {
-        match dtype {
-            DType::U32 => embed_kernel::launch_unchecked::<u32>(
-                &w.client,
-                count,
-                cube_dim,
-                ids,
-                weights,
-                out_arg,
-                total,
-                w.n,
-                w.k,
-                w.row_bytes,
-                w.fmt,
-            ),
-            _ => embed_kernel::launch_unchecked::<i32>(
-                &w.client,
-                count,
-                cube_dim,
-                ids,
-                weights,
-                out_arg,
-                total,
-                w.n,
-                w.k,
-                w.row_bytes,
-                w.fmt,
-            ),
+    for part in &w.parts {
+        let weights = unsafe { BufferArg::from_raw_parts(part.handle.clone(), part.words) };
+        let ids_arg = ids.clone().into_buffer_arg();
+        let out_arg = out.clone().into_buffer_arg();
+        unsafe {
+            match dtype {
+                DType::U32 => embed_kernel::launch_unchecked::<u32>(
+                    &w.client,
+                    count.clone(),
+                    cube_dim,
+                    ids_arg,
+                    weights,
+                    out_arg,
+                    total,
+                    part.rows,
+                    part.row0,
+                    w.n,
+                    w.k,
+                    w.row_bytes,
+                    w.fmt,
+                ),
+                _ => embed_kernel::launch_unchecked::<i32>(
+                    &w.client,
+                    count.clone(),
+                    cube_dim,
+                    ids_arg,
+                    weights,
+                    out_arg,
+                    total,
+                    part.rows,
+                    part.row0,
+                    w.n,
+                    w.k,
+                    w.row_bytes,
+                    w.fmt,
+                ),
+            }
         }
     }
     Tensor::from_primitive::<Cube>(out)

@@ -3,6 +3,11 @@
 //!
 //! Shapes: `x: [m, k]` f32 (row-major, contiguous), `w`: `n` packed rows of `k` elements, `y: [m, n]` f32.
 //!
+//! A weight in several buffers (see [`GpuWeight`]) takes one launch per part: the kernels see the part's
+//! `n` rows as the whole matrix and write output column `col0 + c` of rows `ldo` floats apart (`col0` the
+//! part's first row, `ldo` the whole matrix's `n`). Every output is still one row's dot product in the same
+//! order, so the split changes no bit of `y`.
+//!
 //! **GEMV.** One workgroup of `GEMV_WG` (64) threads per weight row: thread `t` dequantises elements
 //! `t, t + 64, …` of the row (consecutive threads read consecutive bytes) and multiplies each by the same
 //! column of all `m` activation rows, keeping `m` register accumulators; a shared-memory tree then sums
@@ -38,6 +43,8 @@ pub(crate) fn gemv_kernel(
     w: &[u32],
     out: &mut [f32],
     n: usize,
+    ldo: usize,
+    col0: usize,
     k: usize,
     row_bytes: usize,
     #[comptime] m: usize,
@@ -85,7 +92,7 @@ pub(crate) fn gemv_kernel(
         stride /= 2;
     }
     if tid < m && col < n {
-        out[tid * n + col] = partial[tid * GEMV_WG];
+        out[tid * ldo + col0 + col] = partial[tid * GEMV_WG];
     }
 }
 
@@ -104,6 +111,8 @@ pub(crate) fn tiled_kernel(
     out: &mut [f32],
     m: usize,
     n: usize,
+    ldo: usize,
+    col0: usize,
     k: usize,
     row_bytes: usize,
     #[comptime] fmt: u32,
@@ -111,7 +120,7 @@ pub(crate) fn tiled_kernel(
     let tid = UNIT_POS as usize;
     let tx = tid % THREADS;
     let ty = tid / THREADS;
-    let col0 = CUBE_POS_X as usize * TILE;
+    let tile_col = CUBE_POS_X as usize * TILE;
     let row0 = CUBE_POS_Y as usize * TILE;
     let mut xs = Shared::<[f32]>::new_slice(comptime![TILE * PITCH]);
     let mut ws = Shared::<[f32]>::new_slice(comptime![TILE * PITCH]);
@@ -128,7 +137,7 @@ pub(crate) fn tiled_kernel(
             let c = idx % TILE;
             let gk = k0 + c;
             let gm = row0 + r;
-            let gn = col0 + r;
+            let gn = tile_col + r;
             let mut xv = 0.0f32;
             if gm < m && gk < k {
                 xv = x[gm * k + gk];
@@ -157,19 +166,19 @@ pub(crate) fn tiled_kernel(
     }
     let r0 = row0 + ty;
     let r1 = r0 + THREADS;
-    let c0 = col0 + tx;
+    let c0 = tile_col + tx;
     let c1 = c0 + THREADS;
     if r0 < m && c0 < n {
-        out[r0 * n + c0] = a00;
+        out[r0 * ldo + col0 + c0] = a00;
     }
     if r0 < m && c1 < n {
-        out[r0 * n + c1] = a01;
+        out[r0 * ldo + col0 + c1] = a01;
     }
     if r1 < m && c0 < n {
-        out[r1 * n + c0] = a10;
+        out[r1 * ldo + col0 + c0] = a10;
     }
     if r1 < m && c1 < n {
-        out[r1 * n + c1] = a11;
+        out[r1 * ldo + col0 + c1] = a11;
     }
 }
 
@@ -210,39 +219,47 @@ pub fn matmul(x: Tensor<2>, w: &GpuWeight) -> Tensor<2> {
     if m == 0 {
         return Tensor::from_primitive::<Cube>(out);
     }
-    let weights = unsafe { BufferArg::from_raw_parts(w.handle.clone(), w.words) };
-    if m <= GEMV_MAX_M {
-        unsafe {
-            gemv_kernel::launch_unchecked(
-                &w.client,
-                linear_grid(w.n),
-                CubeDim::new_1d(GEMV_WG as u32),
-                x.into_buffer_arg(),
-                weights,
-                out.clone().into_buffer_arg(),
-                w.n,
-                w.k,
-                w.row_bytes,
-                m,
-                w.fmt,
-            );
-        }
-    } else {
-        let count = CubeCount::Static(w.n.div_ceil(TILE) as u32, m.div_ceil(TILE) as u32, 1);
-        unsafe {
-            tiled_kernel::launch_unchecked(
-                &w.client,
-                count,
-                CubeDim::new_1d((THREADS * THREADS) as u32),
-                x.into_buffer_arg(),
-                weights,
-                out.clone().into_buffer_arg(),
-                m,
-                w.n,
-                w.k,
-                w.row_bytes,
-                w.fmt,
-            );
+    for part in &w.parts {
+        let weights = unsafe { BufferArg::from_raw_parts(part.handle.clone(), part.words) };
+        let xs = x.clone().into_buffer_arg();
+        let ys = out.clone().into_buffer_arg();
+        if m <= GEMV_MAX_M {
+            unsafe {
+                gemv_kernel::launch_unchecked(
+                    &w.client,
+                    linear_grid(part.rows),
+                    CubeDim::new_1d(GEMV_WG as u32),
+                    xs,
+                    weights,
+                    ys,
+                    part.rows,
+                    w.n,
+                    part.row0,
+                    w.k,
+                    w.row_bytes,
+                    m,
+                    w.fmt,
+                );
+            }
+        } else {
+            let count = CubeCount::Static(part.rows.div_ceil(TILE) as u32, m.div_ceil(TILE) as u32, 1);
+            unsafe {
+                tiled_kernel::launch_unchecked(
+                    &w.client,
+                    count,
+                    CubeDim::new_1d((THREADS * THREADS) as u32),
+                    xs,
+                    weights,
+                    ys,
+                    m,
+                    part.rows,
+                    w.n,
+                    part.row0,
+                    w.k,
+                    w.row_bytes,
+                    w.fmt,
+                );
+            }
         }
     }
     Tensor::from_primitive::<Cube>(out)

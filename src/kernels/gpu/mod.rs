@@ -12,8 +12,15 @@
 //!
 //! Element decoding, shared by all three kernels, is in `dequant.rs`.
 //!
-//! Formats ([`supports`]): F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K (those of them
-//! that [`GgmlType`] names).
+//! Formats ([`supports`]): every weight type [`GgmlType`] names: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1,
+//! Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS.
+//!
+//! **Binding limits.** One storage buffer binding may hold at most `maxStorageBufferBindingSize` bytes
+//! (128 MiB on many WebGPU devices; a 262 144 × 640 Q8_0 embedding is 174 MB). [`upload`] splits a larger
+//! tensor by rows into several buffers, whole rows each, every one within the device's limit
+//! ([`max_binding_bytes`]) and within 2 GiB (kernel byte offsets are 32-bit). [`matmul`] launches once per
+//! part, each writing its rows' columns of `y`; [`embedding`] once per part, each writing the rows whose ids
+//! it holds. [`upload_with_limit`] sets a lower limit, so a test can split a small tensor.
 
 mod dequant;
 mod embed;
@@ -50,12 +57,23 @@ pub enum GpuKernelError {
         expected: usize,
         got: usize,
     },
+    /// One row is larger than a storage buffer binding may be.
+    #[error("GGML type {type_id}: a row of {row_bytes} bytes exceeds the {limit}-byte storage binding limit")]
+    RowTooLarge {
+        type_id: u32,
+        row_bytes: usize,
+        limit: u64,
+    },
     /// The device is not one of burn's cubecl (wgpu) devices.
     #[error("the GPU kernels need a wgpu device: {0}")]
     NotCube(String),
 }
 
 /// A weight matrix `[n, k]` (or an embedding table: `n` rows of `k`) in GGML blocks on the device.
+///
+/// The rows are held in one or more storage buffers ([`parts`](Self::parts)), whole rows each, none larger
+/// than the device's `maxStorageBufferBindingSize` (see [`max_binding_bytes`]); the kernels run once per
+/// part and write its rows' output columns.
 #[derive(Clone)]
 pub struct GpuWeight {
     /// The GGML type id (`enum ggml_type`), the kernels' comptime format.
@@ -63,10 +81,19 @@ pub struct GpuWeight {
     n: usize,
     k: usize,
     row_bytes: usize,
-    words: usize,
-    handle: Handle,
+    parts: Vec<Part>,
     client: Client,
     device: CubeDevice,
+}
+
+/// Rows `row0 .. row0 + rows` of a [`GpuWeight`], in a buffer of their own: row `row0 + r` starts at byte
+/// `r · row_bytes`, the last word zero-padded.
+#[derive(Clone)]
+pub(crate) struct Part {
+    pub(crate) row0: usize,
+    pub(crate) rows: usize,
+    pub(crate) words: usize,
+    pub(crate) handle: Handle,
 }
 
 impl core::fmt::Debug for GpuWeight {
@@ -75,7 +102,8 @@ impl core::fmt::Debug for GpuWeight {
             .field("type_id", &self.fmt)
             .field("n", &self.n)
             .field("k", &self.k)
-            .field("bytes", &(self.words * 4))
+            .field("bytes", &self.device_bytes())
+            .field("parts", &self.parts.len())
             .finish()
     }
 }
@@ -101,11 +129,20 @@ impl GpuWeight {
         self.k
     }
 
-    /// Bytes on the device (the GGML bytes, padded to whole words).
+    /// Bytes on the device (the GGML bytes, each part padded to whole words).
     pub fn device_bytes(&self) -> usize {
-        self.words * 4
+        self.parts.iter().map(|p| p.words * 4).sum()
+    }
+
+    /// How many storage buffers hold the rows (1 unless the tensor exceeds the binding limit).
+    pub fn parts(&self) -> usize {
+        self.parts.len()
     }
 }
+
+/// Byte offsets inside a kernel are 32-bit (`usize` is `u32` in WGSL): no part is larger than this, whatever
+/// the device allows.
+const ADDRESS_LIMIT: u64 = 1 << 31;
 
 /// Whether the kernels read `ty`.
 pub fn supports(ty: GgmlType) -> bool {
@@ -137,6 +174,32 @@ pub fn upload_ggml(
     k: usize,
     device: &Device,
 ) -> Result<GpuWeight, GpuKernelError> {
+    upload_ggml_with_limit(type_id, bytes, n, k, device, u64::MAX)
+}
+
+/// [`upload`] with the rows split into buffers of at most `max_binding_bytes` bytes each (and at most the
+/// device's own limit): the device limit is what [`upload`] uses; a smaller one here lets a test split a
+/// small tensor.
+pub fn upload_with_limit(
+    ty: GgmlType,
+    bytes: &[u8],
+    n: usize,
+    k: usize,
+    device: &Device,
+    max_binding_bytes: u64,
+) -> Result<GpuWeight, GpuKernelError> {
+    upload_ggml_with_limit(ty.id(), bytes, n, k, device, max_binding_bytes)
+}
+
+/// [`upload_with_limit`] for a GGML type id.
+pub fn upload_ggml_with_limit(
+    type_id: u32,
+    bytes: &[u8],
+    n: usize,
+    k: usize,
+    device: &Device,
+    max_binding_bytes: u64,
+) -> Result<GpuWeight, GpuKernelError> {
     let fmt = type_id;
     let (block_elems, block_bytes) =
         dequant::block_layout(fmt).ok_or(GpuKernelError::Unsupported(type_id))?;
@@ -158,27 +221,64 @@ pub fn upload_ggml(
             got: bytes.len(),
         });
     }
-    // A throwaway tensor names the device's compute client.
-    let probe = Tensor::<1>::zeros([1], device)
-        .try_into_primitive::<Cube>()
-        .map_err(|e| GpuKernelError::NotCube(format!("{e:?}")))?;
-    let words = bytes.len().div_ceil(4);
-    let handle = if bytes.len() == words * 4 {
-        probe.client.create_from_slice(bytes)
-    } else {
-        let mut padded = Vec::with_capacity(words * 4);
-        padded.extend_from_slice(bytes);
-        padded.resize(words * 4, 0);
-        probe.client.create_from_slice(&padded)
-    };
+    let (client, cube_device) = probe(device)?;
+    let limit = max_binding_bytes
+        .min(client.properties().memory.max_page_size)
+        .min(ADDRESS_LIMIT);
+    // Whole words: a part of `rows · row_bytes ≤ limit & !3` bytes stays within the limit once padded.
+    let rows_per_part = usize::try_from((limit & !3) / row_bytes as u64).unwrap_or(usize::MAX);
+    if rows_per_part == 0 {
+        return Err(GpuKernelError::RowTooLarge {
+            type_id,
+            row_bytes,
+            limit,
+        });
+    }
+    let parts = (0..n)
+        .step_by(rows_per_part)
+        .map(|row0| {
+            let rows = rows_per_part.min(n - row0);
+            let chunk = &bytes[row0 * row_bytes..(row0 + rows) * row_bytes];
+            let words = chunk.len().div_ceil(4);
+            let handle = if chunk.len() == words * 4 {
+                client.create_from_slice(chunk)
+            } else {
+                let mut padded = Vec::with_capacity(words * 4);
+                padded.extend_from_slice(chunk);
+                padded.resize(words * 4, 0);
+                client.create_from_slice(&padded)
+            };
+            Part {
+                row0,
+                rows,
+                words,
+                handle,
+            }
+        })
+        .collect();
     Ok(GpuWeight {
         fmt,
         n,
         k,
         row_bytes,
-        words,
-        handle,
-        client: probe.client,
-        device: probe.device,
+        parts,
+        client,
+        device: cube_device,
     })
+}
+
+/// The largest storage buffer binding `device` allows, in bytes (`maxStorageBufferBindingSize`, capped
+/// by `maxBufferSize`: what cubecl requested from the adapter); `None` for a device that is not wgpu.
+pub fn max_binding_bytes(device: &Device) -> Option<u64> {
+    probe(device)
+        .ok()
+        .map(|(client, _)| client.properties().memory.max_page_size)
+}
+
+/// The compute client and cubecl device behind `device`, named by a throwaway tensor.
+fn probe(device: &Device) -> Result<(Client, CubeDevice), GpuKernelError> {
+    let t = Tensor::<1>::zeros([1], device)
+        .try_into_primitive::<Cube>()
+        .map_err(|e| GpuKernelError::NotCube(format!("{e:?}")))?;
+    Ok((t.client, t.device))
 }
