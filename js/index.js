@@ -2,7 +2,7 @@
 // `engine.completions.create(request)` with the request objects of OpenAI's `POST /v1/chat/completions` and
 // `POST /v1/completions`. `stream: true` resolves to an async iterator of chunks; otherwise to the full
 // response. This file is plumbing only: the wasm module (`./kiln.js`) validates, generates and shapes.
-import init, { KilnModel, deviceReport } from './kiln.js';
+import init, { KilnLoader, KilnModel, deviceReport } from './kiln.js';
 
 export { deviceReport };
 
@@ -45,8 +45,12 @@ const isBytes = (x) => x instanceof Uint8Array || x instanceof ArrayBuffer;
 const asBytes = (x) => (x instanceof Uint8Array ? x : new Uint8Array(x));
 const isUrl = (x) => typeof x === 'string' || x instanceof URL;
 
-/** Opens `url` (through the Cache API when `cache` is on, keyed by URL); the body is not read yet. */
-async function open(url, store) {
+/**
+ * Opens `url` (through the Cache API when `cache` is on, keyed by URL); the body is not read yet. A fetched
+ * response is written to the cache as it is read (the write's promise goes into `writes`: await it once the
+ * body is read; a failed write, e.g. over quota, does not fail the load).
+ */
+async function open(url, store, writes = []) {
   let response = store ? await store.match(url) : undefined;
   if (!response) {
     try {
@@ -55,7 +59,7 @@ async function open(url, store) {
       throw sourceError(`fetching \`source\` ${url} failed: ${e?.message ?? e}`, 'model_fetch_failed');
     }
     if (!response.ok) throw sourceError(`fetching \`source\` ${url} failed: HTTP ${response.status}`, 'model_fetch_failed');
-    if (store) await store.put(url, response.clone());
+    if (store) writes.push(store.put(url, response.clone()).catch(() => {}));
   }
   return response;
 }
@@ -66,7 +70,8 @@ async function open(url, store) {
  */
 async function download(items, cache, onProgress) {
   const store = cache && globalThis.caches && items.some(isUrl) ? await caches.open('kiln-models') : null;
-  const opened = await Promise.all(items.map((x) => (isUrl(x) ? open(String(x), store) : null)));
+  const writes = [];
+  const opened = await Promise.all(items.map((x) => (isUrl(x) ? open(String(x), store, writes) : null)));
   let total = opened.reduce((sum, r) => sum + (Number(r?.headers.get('content-length')) || 0), 0);
   let loaded = 0;
   onProgress?.({ phase: 'download', loaded, total });
@@ -97,7 +102,58 @@ async function download(items, cache, onProgress) {
     out.push(bytes);
   }
   onProgress?.({ phase: 'download', loaded: total, total });
+  await Promise.all(writes);
   return out;
+}
+
+/** Slices of a bytes source handed to the loader, so that wasm memory never holds the whole file. */
+const PIECE = 16 << 20;
+
+/**
+ * Streams one GGUF file (URL through the Cache API when `cache` is on, or bytes) into a wasm loader on
+ * `device`: each piece of the download is pushed as it arrives, each tensor goes to the device once its
+ * bytes are in. Progress: `download` (bytes fetched), `parse` (the header read), `upload` (bytes of
+ * tensors on the device), interleaved as the file streams.
+ */
+async function streamGguf(model, source, { cache, device, onProgress }) {
+  const store = cache && globalThis.caches && isUrl(source) ? await caches.open('kiln-models') : null;
+  const writes = [];
+  const response = isUrl(source) ? await open(String(source), store, writes) : null;
+  const bytes = response ? null : asBytes(source);
+  let total = response ? Number(response.headers.get('content-length')) || 0 : bytes.length;
+  let loaded = 0;
+  onProgress?.({ phase: 'download', loaded, total });
+  let loader;
+  try {
+    loader = await KilnLoader.gguf(device, uploadReporter(onProgress, Math.max(total, 1)));
+  } catch (e) {
+    throw toError(e);
+  }
+  try {
+    const push = (piece) => {
+      loader.push(piece);
+      loaded += piece.length;
+      total = Math.max(total, loaded);
+      onProgress?.({ phase: 'download', loaded, total });
+    };
+    if (bytes) {
+      for (let at = 0; at < bytes.length; at += PIECE) push(bytes.subarray(at, at + PIECE));
+    } else {
+      const reader = response.body.getReader();
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        push(value);
+      }
+    }
+    onProgress?.({ phase: 'download', loaded: total, total });
+    await Promise.all(writes);
+    return loader.finish(model);
+  } catch (e) {
+    throw toError(e);
+  } finally {
+    loader.free();
+  }
 }
 
 const baseName = (url) => decodeURIComponent(new URL(String(url), globalThis.location?.href).pathname.split('/').pop());
@@ -164,7 +220,9 @@ export class Engine {
    * Hugging Face model's files `{ config, tokenizer, tokenizerConfig?, chatTemplate?, generationConfig?,
    * index?, weights: [...] }` (URLs or bytes). `device`: `'webgpu'`, `'cpu'` or `'auto'` (WebGPU when there is
    * an adapter, else the CPU backend). `onProgress({ phase, loaded, total })`: `download` (bytes fetched),
-   * `parse`, then `upload` (bytes of weights on the device).
+   * `parse`, then `upload` (bytes of weights on the device). A GGUF file streams: each tensor goes to the
+   * device as soon as its bytes have arrived (the phases interleave), so the file is never whole in wasm
+   * memory.
    */
   static async load({ model, source, onProgress, cache = false, device = 'auto', wasm } = {}) {
     if (typeof model !== 'string' || model === '') {
@@ -173,12 +231,7 @@ export class Engine {
     await initOnce(wasm);
     let inner;
     if (isUrl(source) || isBytes(source)) {
-      const [bytes] = await download([source], cache, onProgress);
-      try {
-        inner = await KilnModel.fromGguf(model, bytes, device, uploadReporter(onProgress, bytes.length));
-      } catch (e) {
-        throw toError(e);
-      }
+      inner = await streamGguf(model, source, { cache, device, onProgress });
     } else if (source && typeof source === 'object' && 'config' in source) {
       const files = await hfFiles(source, cache, onProgress);
       const size = files.weights.reduce((n, w) => n + w.bytes.length, 0);

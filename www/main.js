@@ -73,7 +73,11 @@ const formatLimit = (v) => (typeof v === 'number' && v >= 2 ** 20 ? `${(v / 2 **
 const mib = (bytes) => `${(bytes / 2 ** 20).toFixed(1)} MiB`;
 const PHASES = { download: 'Downloading', parse: 'Reading the weights', upload: 'Uploading to the device' };
 
+let downloading = false;
 function showProgress({ phase, loaded, total }) {
+  // A GGUF file streams: uploads trail the download. The bar follows the download until it is done.
+  if (phase === 'download') downloading = loaded < total;
+  else if (downloading) return;
   const box = $('load');
   box.dataset.phase = phase;
   const fraction = total > 0 ? Math.min(loaded / total, 1) : 0;

@@ -2,6 +2,7 @@
 //!
 //! - [`device`]: the one place that chooses devices (WebGPU / native wgpu, or the CPU backend).
 //! - [`check`]: a numerical self-check that runs the decoder's kernels on a device and compares with the host.
+//! - [`load`]: a GGUF file loaded as its bytes arrive: header checks, then each tensor to the device.
 //! - [`model`]: a loaded model (decoder + tokenizer + chat template) from bytes.
 //! - [`prompt`]: requests → prompt token ids.
 //! - [`generate`]: prefill and decode steps on the device; logits read back once per step.
@@ -19,6 +20,7 @@ pub mod detok;
 pub mod device;
 pub mod generate;
 pub mod generation;
+pub mod load;
 pub mod model;
 pub mod prompt;
 pub mod reasoning;
@@ -46,4 +48,8 @@ pub enum EngineError {
     Device(String),
     #[error("constrained decoding failed: {0}")]
     Constraint(String),
+    #[error(
+        "the model does not fit: its weights take {needed} MiB on this device, which holds at most {limit} MiB of weights"
+    )]
+    TooLarge { needed: u64, limit: u64 },
 }

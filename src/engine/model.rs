@@ -19,7 +19,7 @@ use crate::api::response::response_id;
 use crate::api::unions::Prompt;
 use crate::api::validate::Common;
 use crate::api::{ApiError, ModelSpec, ValidChat, ValidCompletion};
-use crate::loader::{Checkpoint, Gguf, GgufWeights, Reporting, gguf_model};
+use crate::loader::{Checkpoint, Reporting};
 use crate::model::{Decoder, ModelConfig};
 use crate::sampling::Rng;
 use crate::sampling::constrain::Vocab;
@@ -71,19 +71,17 @@ impl Model {
         device: &Device,
         on_upload: &mut dyn FnMut(u64, u64),
     ) -> Result<Self, EngineError> {
-        let file = Gguf::parse(bytes).map_err(crate::loader::LoadError::from)?;
-        let config = gguf_model::config(&file)?;
-        let tokenizer = ModelTokenizer::from_gguf(&file)?;
-        let mut weights = GgufWeights::new(&file, &config)?;
-        let mut reporting = Reporting::new(&mut weights, on_upload);
-        let decoder = Decoder::load(config, &mut reporting, device)?;
-        reporting.finish();
-        Ok(Self {
+        super::load::from_gguf(id, bytes, device, on_upload)
+    }
+
+    /// A model from its parts.
+    pub(crate) fn new(id: &str, decoder: Decoder, tokenizer: ModelTokenizer) -> Self {
+        Self {
             id: id.to_owned(),
             decoder,
             tokenizer: Arc::new(tokenizer),
             vocab: OnceLock::new(),
-        })
+        }
     }
 
     /// Loads a Hugging Face model: `config.json`, safetensors weights (one file, or shards with their

@@ -47,6 +47,19 @@ enum Store {
 }
 
 impl QuantWeight {
+    /// Whether [`QuantWeight::place`] keeps a matrix of `ty` in its blocks on `device` (else the model
+    /// holds it dense, in f32).
+    pub fn keeps(ty: GgmlType, device: &Device) -> bool {
+        match device.as_dispatch() {
+            DispatchDevice::Flex(_) => ty.is_quantized() && cpu::supports(ty),
+            DispatchDevice::Cube(_) => {
+                (ty.is_quantized() || matches!(ty, GgmlType::F16 | GgmlType::BF16)) && gpu::supports(ty)
+            }
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
+
     /// Places `bytes` (`n` rows of `k` elements of `ty`) on `device`, or `None` when that device has no
     /// kernel for `ty` (or the shape does not split into whole blocks).
     pub fn place(ty: GgmlType, bytes: &[u8], n: usize, k: usize, device: &Device) -> Option<Self> {

@@ -201,6 +201,9 @@ pub struct Gguf<'a> {
 struct Reader<'a> {
     bytes: &'a [u8],
     pos: usize,
+    /// Whether `bytes` may be a prefix of the file: a count beyond them is then [`GgufError::Truncated`]
+    /// (more bytes may follow) rather than malformed.
+    prefix: bool,
 }
 
 impl<'a> Reader<'a> {
@@ -238,6 +241,7 @@ impl<'a> Reader<'a> {
         let n = self.u64(what)?;
         match usize::try_from(n) {
             Ok(n) if n.checked_mul(min_size).is_some_and(|b| b <= self.remaining()) => Ok(n),
+            _ if self.prefix => Err(GgufError::Truncated(what.into())),
             _ => Err(GgufError::Malformed(format!(
                 "{what} is {n}, more than the {} bytes left can hold",
                 self.remaining()
@@ -329,7 +333,30 @@ impl<'a> Reader<'a> {
 impl<'a> Gguf<'a> {
     /// Parses the header, metadata and tensor infos of `bytes` and checks every tensor's byte range.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, GgufError> {
-        let mut r = Reader { bytes, pos: 0 };
+        Self::parse_within(bytes, Some(bytes.len()))
+    }
+
+    /// Parses the header of a file whose first bytes are `prefix` (a file arriving in pieces): the
+    /// metadata and tensor infos, without the data section, which is checked only for arithmetic overflow.
+    /// A prefix that ends inside the header is [`GgufError::Truncated`]. The result holds no tensor data
+    /// ([`Gguf::data`] is empty); see [`super::stream`].
+    pub fn parse_header(prefix: &[u8]) -> Result<Gguf<'static>, GgufError> {
+        let g = Gguf::parse_within(prefix, None)?;
+        Ok(Gguf {
+            version: g.version,
+            metadata: g.metadata,
+            tensors: g.tensors,
+            bytes: &[],
+        })
+    }
+
+    /// [`Gguf::parse`], with tensor ranges checked against `file_len` when it is known.
+    fn parse_within(bytes: &'a [u8], file_len: Option<usize>) -> Result<Self, GgufError> {
+        let mut r = Reader {
+            bytes,
+            pos: 0,
+            prefix: file_len.is_none(),
+        };
         let magic: [u8; 4] = r.array("the magic")?;
         if &magic != b"GGUF" {
             return Err(GgufError::Magic(magic));
@@ -422,7 +449,7 @@ impl<'a> Gguf<'a> {
                 .ok_or_else(|| GgufError::Truncated(format!("the data of `{name}`")))?;
             let end = start
                 .checked_add(size)
-                .filter(|&e| e <= bytes.len())
+                .filter(|&e| file_len.is_none_or(|len| e <= len))
                 .ok_or_else(|| GgufError::Truncated(format!("the data of `{name}`")))?;
             if tensors.iter().any(|(n, _): &(String, TensorInfo)| *n == name) {
                 return Err(GgufError::Malformed(format!("tensor `{name}` appears twice")));
@@ -442,9 +469,9 @@ impl<'a> Gguf<'a> {
         self.tensors.iter().find(|(n, _)| n == name).map(|(_, t)| t)
     }
 
-    /// The raw bytes of a tensor.
+    /// The raw bytes of a tensor (empty for a header parsed alone, [`Gguf::parse_header`]).
     pub fn data(&self, info: &TensorInfo) -> &'a [u8] {
-        &self.bytes[info.start..info.end]
+        self.bytes.get(info.start..info.end).unwrap_or_default()
     }
 
     /// Tensor `name` dequantised to f32, row-major, with its row-major shape.

@@ -10,7 +10,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 
-use super::gguf::{Gguf, GgufError};
+use super::gguf::{Gguf, GgufError, TensorInfo};
 use super::{LoadError, RawTensor, Weights};
 use crate::model::ModelConfig;
 use crate::model::config::HfConfig;
@@ -32,6 +32,19 @@ fn meta(key: &str, reason: impl Into<String>) -> LoadError {
 /// Resolves the model config from GGUF metadata (`<arch>.*` keys) and, for Llama 3 rope scaling, the
 /// `rope_freqs.weight` tensor.
 pub fn config(g: &Gguf<'_>) -> Result<ModelConfig, LoadError> {
+    let mut config = config_from_metadata(g)?;
+    if let Some(info) = g.tensor(ROPE_FREQS) {
+        rope_factors(&mut config, info, g.data(info))?;
+    }
+    Ok(config)
+}
+
+/// The tensor of Llama 3 rope frequency factors, which the config consumes.
+pub const ROPE_FREQS: &str = "rope_freqs.weight";
+
+/// [`config`] from the metadata alone (a header parsed before the tensor data arrives): without the rope
+/// factors of `rope_freqs.weight`, which [`rope_factors`] adds once its bytes are there.
+pub fn config_from_metadata(g: &Gguf<'_>) -> Result<ModelConfig, LoadError> {
     let arch = g
         .str("general.architecture")?
         .ok_or_else(|| meta("general.architecture", "is missing"))?;
@@ -103,7 +116,7 @@ pub fn config(g: &Gguf<'_>) -> Result<ModelConfig, LoadError> {
         sliding_window: opt_usize("attention.sliding_window")?,
         ..HfConfig::default()
     };
-    let mut config = ModelConfig::resolve(hf)?;
+    let config = ModelConfig::resolve(hf)?;
     if let Some(rot) = opt_usize("rope.dimension_count")?
         && rot != config.head_dim
     {
@@ -115,17 +128,27 @@ pub fn config(g: &Gguf<'_>) -> Result<ModelConfig, LoadError> {
             ),
         ));
     }
-    if let Some((factors, shape)) = g.f32("rope_freqs.weight") {
-        if shape != [config.head_dim / 2] {
-            return Err(LoadError::Shape {
-                name: "rope_freqs.weight".into(),
-                expected: vec![config.head_dim / 2],
-                actual: shape,
-            });
-        }
-        config.rope_factors = Some(factors.into_iter().map(f64::from).collect());
-    }
     Ok(config)
+}
+
+/// Sets `config.rope_factors` from the bytes of `rope_freqs.weight` (`[head_dim / 2]`).
+pub fn rope_factors(config: &mut ModelConfig, info: &TensorInfo, bytes: &[u8]) -> Result<(), LoadError> {
+    let shape = info.shape();
+    if shape != [config.head_dim / 2] {
+        return Err(LoadError::Shape {
+            name: ROPE_FREQS.into(),
+            expected: vec![config.head_dim / 2],
+            actual: shape,
+        });
+    }
+    info.ty.check(bytes).map_err(|e| LoadError::Blocks {
+        name: ROPE_FREQS.into(),
+        ty: info.ty.name(),
+        reason: e.to_string(),
+    })?;
+    let factors = info.ty.dequantize(bytes);
+    config.rope_factors = Some(factors.into_iter().map(f64::from).collect());
+    Ok(())
 }
 
 /// GGUF tensors seen under Hugging Face names.
@@ -138,14 +161,19 @@ pub struct GgufWeights<'g, 'a> {
 
 impl<'g, 'a> GgufWeights<'g, 'a> {
     pub fn new(file: &'g Gguf<'a>, config: &ModelConfig) -> Result<Self, LoadError> {
-        let llama = g_arch(file)? == "llama";
         Ok(Self {
             file,
-            permuted: llama.then_some((config.num_heads, config.num_kv_heads)),
+            permuted: permutation(file, config)?,
             // Consumed by `config` (rope factors).
-            taken: BTreeSet::from(["rope_freqs.weight".to_owned()]),
+            taken: BTreeSet::from([ROPE_FREQS.to_owned()]),
         })
     }
+}
+
+/// `(heads, kv_heads)` when the file's q/k rows are permuted (`llama` files), for [`prepare`].
+pub fn permutation(g: &Gguf<'_>, config: &ModelConfig) -> Result<Option<(usize, usize)>, LoadError> {
+    let llama = g_arch(g)? == "llama";
+    Ok(llama.then_some((config.num_heads, config.num_kv_heads)))
 }
 
 fn g_arch<'g>(g: &'g Gguf<'_>) -> Result<&'g str, LoadError> {
@@ -155,24 +183,6 @@ fn g_arch<'g>(g: &'g Gguf<'_>) -> Result<&'g str, LoadError> {
 
 /// The llama.cpp name of a Hugging Face tensor name.
 pub fn gguf_name(hf: &str) -> Option<String> {
-    const GLOBAL: [(&str, &str); 3] = [
-        ("model.embed_tokens.weight", "token_embd.weight"),
-        ("model.norm.weight", "output_norm.weight"),
-        ("lm_head.weight", "output.weight"),
-    ];
-    const LAYER: [(&str, &str); 11] = [
-        ("input_layernorm", "attn_norm"),
-        ("post_attention_layernorm", "ffn_norm"),
-        ("self_attn.q_proj", "attn_q"),
-        ("self_attn.k_proj", "attn_k"),
-        ("self_attn.v_proj", "attn_v"),
-        ("self_attn.o_proj", "attn_output"),
-        ("self_attn.q_norm", "attn_q_norm"),
-        ("self_attn.k_norm", "attn_k_norm"),
-        ("mlp.gate_proj", "ffn_gate"),
-        ("mlp.up_proj", "ffn_up"),
-        ("mlp.down_proj", "ffn_down"),
-    ];
     if let Some((_, g)) = GLOBAL.iter().find(|(h, _)| *h == hf) {
         return Some(g.to_string());
     }
@@ -181,6 +191,77 @@ pub fn gguf_name(hf: &str) -> Option<String> {
     let (part, kind) = rest.rsplit_once('.')?;
     let (_, g) = LAYER.iter().find(|(h, _)| *h == part)?;
     Some(format!("blk.{layer}.{g}.{kind}"))
+}
+
+/// Hugging Face → llama.cpp names of the model-wide tensors.
+const GLOBAL: [(&str, &str); 3] = [
+    ("model.embed_tokens.weight", "token_embd.weight"),
+    ("model.norm.weight", "output_norm.weight"),
+    ("lm_head.weight", "output.weight"),
+];
+
+/// Hugging Face → llama.cpp names of a layer's tensors (the part between `layers.{i}.` and `.weight`).
+const LAYER: [(&str, &str); 11] = [
+    ("input_layernorm", "attn_norm"),
+    ("post_attention_layernorm", "ffn_norm"),
+    ("self_attn.q_proj", "attn_q"),
+    ("self_attn.k_proj", "attn_k"),
+    ("self_attn.v_proj", "attn_v"),
+    ("self_attn.o_proj", "attn_output"),
+    ("self_attn.q_norm", "attn_q_norm"),
+    ("self_attn.k_norm", "attn_k_norm"),
+    ("mlp.gate_proj", "ffn_gate"),
+    ("mlp.up_proj", "ffn_up"),
+    ("mlp.down_proj", "ffn_down"),
+];
+
+/// The bytes of GGUF tensor `g` (Hugging Face name `hf`) as the model takes them: blocks checked (a NaN
+/// or infinite scale is an error naming the tensor), q/k rows un-permuted where `permuted` says so.
+pub fn prepare<'b>(
+    hf: &str,
+    g: &str,
+    info: &TensorInfo,
+    bytes: &'b [u8],
+    permuted: Option<(usize, usize)>,
+) -> Result<RawTensor<'b>, LoadError> {
+    let blocks = |reason: String| LoadError::Blocks {
+        name: format!("{g} ({hf})"),
+        ty: info.ty.name(),
+        reason,
+    };
+    info.ty.check(bytes).map_err(|e| blocks(e.to_string()))?;
+    let shape = info.shape();
+    let bytes = match permuted {
+        Some((heads, kv_heads)) if hf.contains("q_proj") || hf.contains("k_proj") => {
+            let heads = if hf.contains("q_proj") { heads } else { kv_heads };
+            let rows = shape[0];
+            if rows == 0 || !bytes.len().is_multiple_of(rows) || !rows.is_multiple_of(2 * heads) {
+                return Err(blocks(format!(
+                    "its {rows} rows cannot be un-permuted into {heads} heads"
+                )));
+            }
+            Cow::Owned(unpermute(bytes, rows, bytes.len() / rows, heads))
+        }
+        _ => Cow::Borrowed(bytes),
+    };
+    Ok(RawTensor {
+        ty: info.ty,
+        shape,
+        bytes,
+    })
+}
+
+/// The Hugging Face name of a llama.cpp tensor name (the inverse of [`gguf_name`]).
+pub fn hf_name(g: &str) -> Option<String> {
+    if let Some((hf, _)) = GLOBAL.iter().find(|(_, n)| *n == g) {
+        return Some(hf.to_string());
+    }
+    let rest = g.strip_prefix("blk.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    layer.parse::<usize>().ok()?;
+    let (part, kind) = rest.rsplit_once('.')?;
+    let (hf, _) = LAYER.iter().find(|(_, n)| *n == part)?;
+    Some(format!("model.layers.{layer}.{hf}.{kind}"))
 }
 
 /// Undoes the converter's permutation of `rows` rows of `width` bytes each, `heads` heads each
@@ -219,33 +300,9 @@ impl Weights for GgufWeights<'_, '_> {
                 actual: shape,
             });
         }
-        let bytes = self.file.data(info);
-        info.ty.check(bytes).map_err(|e| LoadError::Blocks {
-            name: format!("{g} ({name})"),
-            ty: info.ty.name(),
-            reason: e.to_string(),
-        })?;
-        let bytes = match self.permuted {
-            Some((heads, kv_heads)) if name.contains("q_proj") || name.contains("k_proj") => {
-                let heads = if name.contains("q_proj") { heads } else { kv_heads };
-                let rows = expected[0];
-                if rows == 0 || !bytes.len().is_multiple_of(rows) || !rows.is_multiple_of(2 * heads) {
-                    return Err(LoadError::Blocks {
-                        name: format!("{g} ({name})"),
-                        ty: info.ty.name(),
-                        reason: format!("its {rows} rows cannot be un-permuted into {heads} heads"),
-                    });
-                }
-                Cow::Owned(unpermute(bytes, rows, bytes.len() / rows, heads))
-            }
-            _ => Cow::Borrowed(bytes),
-        };
+        let raw = prepare(name, &g, info, self.file.data(info), self.permuted)?;
         self.taken.insert(g);
-        Ok(RawTensor {
-            ty: info.ty,
-            shape,
-            bytes,
-        })
+        Ok(raw)
     }
 
     fn leftover(&self) -> Option<String> {
@@ -285,6 +342,16 @@ mod tests {
             Some("blk.0.ffn_norm.weight")
         );
         assert_eq!(gguf_name("model.layers.0.self_attn.rotary_emb.inv_freq"), None);
+        for hf in [
+            "model.embed_tokens.weight",
+            "lm_head.weight",
+            "model.layers.3.self_attn.q_norm.weight",
+            "model.layers.0.mlp.down_proj.weight",
+        ] {
+            assert_eq!(gguf_name(hf).and_then(|g| hf_name(&g)).as_deref(), Some(hf));
+        }
+        assert_eq!(hf_name("blk.x.attn_q.weight"), None);
+        assert_eq!(hf_name("rope_freqs.weight"), None);
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod gguf_model;
 pub mod gguf_write;
 pub mod quant;
 pub mod safetensors;
+pub mod stream;
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
@@ -17,6 +18,7 @@ pub use gguf::{Array, Gguf, GgufError, Value};
 pub use gguf_model::GgufWeights;
 pub use quant::{BlockError, GgmlType};
 pub use safetensors::{Safetensors, SafetensorsError, ShardIndex};
+pub use stream::GgufStream;
 
 /// A tensor as the checkpoint stores it: its GGML type, its row-major shape (Hugging Face order,
 /// `[out, in]` for a matrix) and its bytes, rows of whole blocks. Nothing is widened here; the model
@@ -245,4 +247,24 @@ pub fn layer_shapes(c: &ModelConfig) -> Vec<(&'static str, Vec<usize>)> {
         ]);
     }
     shapes
+}
+
+/// Every tensor a Llama-family checkpoint holds, by Hugging Face name, with the shape the config implies
+/// (`lm_head.weight` too, which tied checkpoints may leave out).
+pub fn checkpoint_shapes(c: &ModelConfig) -> Vec<(String, Vec<usize>)> {
+    let (h, v) = (c.hidden_size, c.vocab_size);
+    let mut all = vec![
+        ("model.embed_tokens.weight".to_owned(), vec![v, h]),
+        ("model.norm.weight".to_owned(), vec![h]),
+        ("lm_head.weight".to_owned(), vec![v, h]),
+    ];
+    let layer = layer_shapes(c);
+    for i in 0..c.num_layers {
+        all.extend(
+            layer
+                .iter()
+                .map(|(name, shape)| (format!("model.layers.{i}.{name}"), shape.clone())),
+        );
+    }
+    all
 }

@@ -12,6 +12,7 @@ use super::config::ModelConfig;
 use super::kv_cache::KvCache;
 use super::linear::{Linear, Matrix};
 use super::norm::rms_norm;
+use super::placed::{Placing, Tensors};
 use crate::loader::{LoadError, Weights, layer_shapes};
 
 #[derive(Debug, Clone)]
@@ -65,17 +66,26 @@ fn tensor<const D: usize>(values: Vec<f32>, shape: [usize; D], device: &Device) 
 }
 
 impl Decoder {
-    /// Builds the decoder from a checkpoint (safetensors or GGUF) seen under Hugging Face tensor names.
+    /// Builds the decoder from a checkpoint (safetensors or GGUF) seen under Hugging Face tensor names,
+    /// placing each tensor as it is taken.
     pub fn load(config: ModelConfig, ckpt: &mut dyn Weights, device: &Device) -> Result<Self, LoadError> {
+        Self::assemble(config, &mut Placing::new(ckpt, device), device)
+    }
+
+    /// Builds the decoder from tensors on `device` (placed as taken, or as a streamed file arrived).
+    pub fn assemble(config: ModelConfig, ckpt: &mut dyn Tensors, device: &Device) -> Result<Self, LoadError> {
         let c = &config;
         let (h, v) = (c.hidden_size, c.vocab_size);
-        let take1 = |ckpt: &mut dyn Weights, name: &str, n: usize| -> Result<Tensor<1>, LoadError> {
-            Ok(tensor(ckpt.take(name, &[n])?.to_f32(), [n], device))
+        let take1 = |ckpt: &mut dyn Tensors, name: &str, n: usize| ckpt.vector(name, n);
+        let matrix = |ckpt: &mut dyn Tensors, name: &str, shape: &[usize]| -> Result<Matrix, LoadError> {
+            let shape: [usize; 2] = shape.try_into().map_err(|_| LoadError::Shape {
+                name: name.into(),
+                expected: vec![],
+                actual: shape.to_vec(),
+            })?;
+            ckpt.matrix(name, shape)
         };
-        let matrix = |ckpt: &mut dyn Weights, name: &str, shape: &[usize]| -> Result<Matrix, LoadError> {
-            Ok(Matrix::load(&ckpt.take(name, shape)?, device))
-        };
-        let linear = |ckpt: &mut dyn Weights,
+        let linear = |ckpt: &mut dyn Tensors,
                       prefix: &str,
                       shape: &[usize],
                       bias: bool|
@@ -99,7 +109,7 @@ impl Decoder {
         let mut layers = Vec::with_capacity(c.num_layers);
         for i in 0..c.num_layers {
             let p = format!("model.layers.{i}");
-            let proj = |ckpt: &mut dyn Weights, name: &str, bias: bool| {
+            let proj = |ckpt: &mut dyn Tensors, name: &str, bias: bool| {
                 linear(
                     ckpt,
                     &format!("{p}.{name}"),

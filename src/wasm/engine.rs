@@ -11,6 +11,7 @@ use wasm_bindgen::prelude::*;
 
 use crate::api::{ApiError, chat_request, completion_request};
 use crate::engine::device::{self, DeviceInfo};
+use crate::engine::load::GgufLoader;
 use crate::engine::respond::{Cancel, ChatStream, CompletionStream};
 use crate::engine::{EngineError, HfFiles, Model};
 use crate::tokenizer::HfTokenizerFiles;
@@ -99,6 +100,64 @@ pub struct KilnModel {
     device: DeviceInfo,
 }
 
+/// A GGUF model loading piece by piece: `KilnLoader.gguf(device, onUpload)`, then `push(bytes)` for each
+/// piece of the file in order (a fetch stream's chunks, slices of an `ArrayBuffer`), then `finish(id)`.
+/// Each tensor goes to the device as soon as its bytes are in, so the file is never whole in wasm memory.
+/// After an error the loader is spent (what it placed is freed).
+#[wasm_bindgen]
+pub struct KilnLoader {
+    inner: Option<GgufLoader<'static>>,
+    device: DeviceInfo,
+}
+
+#[wasm_bindgen]
+impl KilnLoader {
+    /// A loader onto `device` (as for `KilnModel.fromGguf`); `onUpload(loaded, total)` is called as
+    /// tensors reach the device (bytes of tensor data).
+    pub async fn gguf(
+        device: Option<String>,
+        on_upload: Option<js_sys::Function>,
+    ) -> Result<KilnLoader, JsValue> {
+        super::install_panic_hook();
+        let (device, info) = choose_device(device.as_deref()).await?;
+        Ok(Self {
+            inner: Some(GgufLoader::new(&device, reporter(on_upload))),
+            device: info,
+        })
+    }
+
+    fn spent() -> JsValue {
+        load_error(&EngineError::Load(crate::loader::LoadError::Gguf(
+            crate::loader::GgufError::Malformed("the loader stopped at an earlier error".into()),
+        )))
+    }
+
+    /// The next bytes of the file.
+    pub fn push(&mut self, piece: &[u8]) -> Result<(), JsValue> {
+        let loader = self.inner.as_mut().ok_or_else(Self::spent)?;
+        loader.push(piece).map_err(|e| {
+            self.inner = None;
+            load_error(&e)
+        })
+    }
+
+    /// Bytes of the file pushed so far.
+    #[wasm_bindgen(getter)]
+    pub fn position(&self) -> f64 {
+        self.inner.as_ref().map_or(0.0, |l| l.position() as f64)
+    }
+
+    /// The end of the file: the loaded model, named `id` in requests.
+    pub fn finish(&mut self, id: String) -> Result<KilnModel, JsValue> {
+        let loader = self.inner.take().ok_or_else(Self::spent)?;
+        let model = loader.finish(&id).map_err(|e| load_error(&e))?;
+        Ok(KilnModel {
+            model: Rc::new(model),
+            device: self.device.clone(),
+        })
+    }
+}
+
 /// A request's chunks, pulled one at a time, or collected into the full response.
 #[wasm_bindgen]
 pub struct KilnStream {
@@ -113,7 +172,8 @@ enum Pending {
 
 #[wasm_bindgen]
 impl KilnModel {
-    /// Loads a single-file GGUF model from its bytes. `device` is `"webgpu"`, `"cpu"` or `"auto"` (the
+    /// Loads a single-file GGUF model from its bytes (all of them in wasm memory at once: prefer
+    /// [`KilnLoader`], which takes the file in pieces). `device` is `"webgpu"`, `"cpu"` or `"auto"` (the
     /// default: WebGPU when the browser has an adapter, else the CPU backend). `id` is the name requests use
     /// in `model`. `onUpload(loaded, total)`, when given, is called as weights reach the device (bytes).
     #[wasm_bindgen(js_name = fromGguf)]
@@ -123,15 +183,9 @@ impl KilnModel {
         device: Option<String>,
         on_upload: Option<js_sys::Function>,
     ) -> Result<KilnModel, JsValue> {
-        super::install_panic_hook();
-        let (device, info) = choose_device(device.as_deref()).await?;
-        let mut report = reporter(on_upload);
-        let model =
-            Model::from_gguf_reporting(&id, &bytes, &device, &mut report).map_err(|e| load_error(&e))?;
-        Ok(Self {
-            model: Rc::new(model),
-            device: info,
-        })
+        let mut loader = KilnLoader::gguf(device, on_upload).await?;
+        loader.push(&bytes)?;
+        loader.finish(id)
     }
 
     /// Loads a Hugging Face model from the bytes of its files: `{ config, tokenizer, tokenizerConfig?,

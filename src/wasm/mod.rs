@@ -2,12 +2,13 @@
 //! [`crate::engine`].
 //!
 //! - `deviceReport(kind)`: a device and the numerical self-check on it.
-//! - [`engine`]: `KilnModel` (a loaded model; `chatStream` / `completionStream` validate a request and
+//! - [`engine`]: `KilnLoader` (a GGUF file pushed in pieces, each tensor to the device as it arrives),
+//!   `KilnModel` (a loaded model; `chatStream` / `completionStream` validate a request and
 //!   return a `KilnStream` whose `next()` gives chunks and `collect()` the full response).
 
 pub mod engine;
 
-pub use engine::{KilnModel, KilnStream};
+pub use engine::{KilnLoader, KilnModel, KilnStream};
 
 use serde::Serialize;
 use wasm_bindgen::prelude::*;

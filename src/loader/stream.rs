@@ -1,0 +1,222 @@
+//! A GGUF file arriving in pieces (a fetch stream, the Cache API, slices of an `ArrayBuffer`): the header is
+//! parsed as soon as its bytes are in, then each tensor is handed over as soon as its last byte arrives, and
+//! its bytes are dropped. The file is never whole in memory: what the stream holds at any time is the
+//! header (until it parses) or the one tensor being completed.
+//!
+//! A tensor that lies whole inside one pushed piece is handed over as a slice of it (no copy); one that
+//! spans pieces is gathered into a buffer that is reused from tensor to tensor. Tensors are handed over in
+//! file order, which need not be the order of the tensor infos. Bytes between tensors (alignment padding)
+//! and after the last one are skipped.
+
+use super::LoadError;
+use super::gguf::{Gguf, GgufError, TensorInfo};
+
+/// The most header bytes gathered before giving up (a vocabulary of 262k tokens takes a few MiB).
+pub const MAX_HEADER_BYTES: usize = 256 << 20;
+
+/// A file error as the caller's error type.
+fn fail<E: From<LoadError>>(e: GgufError) -> E {
+    E::from(LoadError::from(e))
+}
+
+/// What a pushed piece completed.
+pub enum Event<'s> {
+    /// The header parsed (metadata and tensor infos; [`Gguf::data`] is empty).
+    Header(&'s Gguf<'static>),
+    /// Every byte of tensor `name` arrived.
+    Tensor {
+        name: &'s str,
+        info: &'s TensorInfo,
+        bytes: &'s [u8],
+    },
+}
+
+/// A GGUF file fed piece by piece with [`GgufStream::push`].
+pub struct GgufStream {
+    /// Header bytes until the header parses; afterwards the part of the current tensor seen so far.
+    buf: Vec<u8>,
+    /// Bytes of the file pushed so far.
+    pos: usize,
+    /// The header gathered so far is retried once it reaches this length (doubling: linear work overall).
+    retry_at: usize,
+    header: Option<Gguf<'static>>,
+    /// Indices into the header's tensors, by start offset.
+    order: Vec<usize>,
+    /// Position in `order` of the next tensor to complete.
+    next: usize,
+}
+
+impl Default for GgufStream {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl GgufStream {
+    pub fn new() -> Self {
+        Self {
+            buf: Vec::new(),
+            pos: 0,
+            retry_at: 0,
+            header: None,
+            order: Vec::new(),
+            next: 0,
+        }
+    }
+
+    /// Bytes of the file pushed so far.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    /// The header, once it has parsed.
+    pub fn header(&self) -> Option<&Gguf<'static>> {
+        self.header.as_ref()
+    }
+
+    /// Feeds the next bytes of the file; `on` sees the header once it parses and each tensor once it is
+    /// complete. An error from `on` stops the stream and is returned.
+    pub fn push<E: From<LoadError>>(
+        &mut self,
+        piece: &[u8],
+        on: &mut dyn FnMut(Event<'_>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        if self.header.is_some() {
+            return self.data(piece, on);
+        }
+        self.buf.extend_from_slice(piece);
+        self.pos += piece.len();
+        if self.buf.len() < self.retry_at {
+            return Ok(());
+        }
+        self.try_header(on)
+    }
+
+    /// Parses the gathered header bytes if they hold the whole header, then hands on the data after it.
+    fn try_header<E: From<LoadError>>(
+        &mut self,
+        on: &mut dyn FnMut(Event<'_>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let header = match Gguf::parse_header(&self.buf) {
+            Ok(h) => h,
+            Err(GgufError::Truncated(what)) => {
+                if self.buf.len() > MAX_HEADER_BYTES {
+                    return Err(fail(GgufError::Malformed(format!(
+                        "the header is larger than {} MiB (still reading {what})",
+                        MAX_HEADER_BYTES >> 20
+                    ))));
+                }
+                self.retry_at = self.buf.len().saturating_mul(2).max(4096);
+                return Ok(());
+            }
+            Err(e) => return Err(fail(e)),
+        };
+        let mut order: Vec<usize> = (0..header.tensors.len()).collect();
+        order.sort_by_key(|&i| header.tensors[i].1.start);
+        for pair in order.windows(2) {
+            let (a, b) = (&header.tensors[pair[0]], &header.tensors[pair[1]]);
+            if b.1.start < a.1.end {
+                return Err(fail(GgufError::Malformed(format!(
+                    "the data of tensors `{}` and `{}` overlap",
+                    a.0, b.0
+                ))));
+            }
+        }
+        self.order = order;
+        on(Event::Header(&header))?;
+        self.header = Some(header);
+        // The bytes after the header are the start of the data section.
+        let gathered = std::mem::take(&mut self.buf);
+        let start = self.pos - gathered.len();
+        self.pos = start;
+        self.data(&gathered, on)
+    }
+
+    /// Hands on the tensors that `piece`, the file's bytes from `self.pos` on, completes.
+    fn data<E: From<LoadError>>(
+        &mut self,
+        piece: &[u8],
+        on: &mut dyn FnMut(Event<'_>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let Some(header) = self.header.take() else {
+            return Ok(());
+        };
+        let result = self.data_with(&header, piece, on);
+        self.header = Some(header);
+        result
+    }
+
+    fn data_with<E: From<LoadError>>(
+        &mut self,
+        header: &Gguf<'static>,
+        mut piece: &[u8],
+        on: &mut dyn FnMut(Event<'_>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        while !piece.is_empty() {
+            let Some(&i) = self.order.get(self.next) else {
+                // Past the last tensor: padding.
+                self.pos += piece.len();
+                return Ok(());
+            };
+            let (name, info) = &header.tensors[i];
+            if self.pos < info.start {
+                let skip = (info.start - self.pos).min(piece.len());
+                self.pos += skip;
+                piece = &piece[skip..];
+                continue;
+            }
+            let need = info.end - self.pos;
+            let take = need.min(piece.len());
+            if self.buf.is_empty() && take == info.end - info.start {
+                // Whole inside this piece: no copy.
+                on(Event::Tensor {
+                    name,
+                    info,
+                    bytes: &piece[..take],
+                })?;
+            } else {
+                self.buf.extend_from_slice(&piece[..take]);
+                if take == need {
+                    on(Event::Tensor {
+                        name,
+                        info,
+                        bytes: &self.buf,
+                    })?;
+                    self.buf.clear();
+                }
+            }
+            self.pos += take;
+            piece = &piece[take..];
+            if self.pos == info.end {
+                self.next += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the file: the header, once every tensor has been handed over; otherwise an error naming what
+    /// is missing.
+    pub fn finish<E: From<LoadError>>(
+        mut self,
+        on: &mut dyn FnMut(Event<'_>) -> Result<(), E>,
+    ) -> Result<Gguf<'static>, E> {
+        if self.header.is_none() {
+            self.try_header(on)?;
+        }
+        let Some(header) = self.header.take() else {
+            // Still no header: the file ended inside it.
+            return Err(match Gguf::parse_header(&self.buf) {
+                Err(e) => fail(e),
+                Ok(_) => fail(GgufError::Truncated("the header".into())),
+            });
+        };
+        if let Some(&i) = self.order.get(self.next) {
+            let (name, info) = &header.tensors[i];
+            return Err(fail(GgufError::Truncated(format!(
+                "the data of `{name}` (the file ends at byte {}, the tensor at {})",
+                self.pos, info.end
+            ))));
+        }
+        Ok(header)
+    }
+}

@@ -1,0 +1,258 @@
+//! Loading a GGUF file as it streams in (`kiln::engine::load::GgufLoader`): any split of the file into
+//! pieces gives the model that the whole bytes give (the same logits, bit for bit, and the same greedy
+//! text), tensors go to the device as their bytes arrive, and a bad or truncated file is an error naming
+//! what is wrong — found from the header, before any tensor is placed, wherever the header can tell.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+
+use burn::tensor::Device;
+use kiln::engine::load::GgufLoader;
+use kiln::engine::{EngineError, Model};
+use kiln::loader::Gguf;
+use kiln::loader::gguf_write::{TensorOut, write};
+
+const FILES: [(&str, &[u8]); 3] = [
+    ("tiny-llama", include_bytes!("fixtures/gguf/tiny-llama.gguf")),
+    ("tiny-qwen2", include_bytes!("fixtures/gguf/tiny-qwen2.gguf")),
+    ("tiny-qwen3", include_bytes!("fixtures/gguf/tiny-qwen3.gguf")),
+];
+
+/// Loads `bytes` pushed in pieces of `sizes` (cycled), recording every `(loaded, total)` report.
+fn streamed(bytes: &[u8], sizes: &[usize], device: &Device) -> (Result<Model, EngineError>, Vec<(u64, u64)>) {
+    let mut reports = Vec::new();
+    let result = {
+        let mut loader = GgufLoader::new(device, |l, t| reports.push((l, t)));
+        let mut at = 0;
+        let mut result = Ok(());
+        for &size in sizes.iter().cycle() {
+            if at >= bytes.len() || result.is_err() {
+                break;
+            }
+            let end = (at + size).min(bytes.len());
+            result = loader.push(&bytes[at..end]);
+            at = end;
+        }
+        result.and_then(|()| loader.finish("tiny"))
+    };
+    (result, reports)
+}
+
+/// The logits of a short prompt, as f32s.
+fn logits(model: &Model) -> Vec<f32> {
+    let d = &model.decoder;
+    let ids = vec![1u32, 5, 9, 2, 7];
+    let mut cache = d.new_cache(1, ids.len());
+    d.forward(&[ids], &mut cache, true)
+        .expect("forward")
+        .into_data()
+        .try_into_vec::<f32>()
+        .expect("f32")
+}
+
+#[test]
+fn any_split_gives_the_model_of_the_whole_file() {
+    let device = Device::flex();
+    for (name, bytes) in FILES {
+        let whole = Model::from_gguf(name, bytes, &device).expect("whole file loads");
+        let want = logits(&whole);
+        let greedy = |m: &Model| {
+            pollster::block_on(kiln::engine::generate::greedy(&m.decoder, &[1, 5, 9], 6, &[]))
+                .expect("greedy")
+        };
+        let want_text = greedy(&whole);
+        // One byte at a time through the header; pieces that end inside tensors, on their edges, and
+        // pieces holding several tensors.
+        for sizes in [
+            &[1usize][..],
+            &[7, 4093, 1],
+            &[32],
+            &[65_536],
+            &[bytes.len()],
+            &[100_003, 3],
+        ] {
+            let (model, reports) = streamed(bytes, sizes, &device);
+            let model = model.unwrap_or_else(|e| panic!("{name} in pieces of {sizes:?}: {e}"));
+            assert_eq!(logits(&model), want, "{name} in pieces of {sizes:?}: logits");
+            assert_eq!(greedy(&model), want_text, "{name} in pieces of {sizes:?}: greedy");
+            let total = reports[0].1;
+            assert_eq!(reports[0].0, 0, "{name}: the header reports before any tensor");
+            assert!(
+                reports.windows(2).all(|w| w[0].0 <= w[1].0),
+                "{name}: progress is monotonic"
+            );
+            assert_eq!(
+                *reports.last().unwrap(),
+                (total, total),
+                "{name}: progress reaches the total"
+            );
+            let g = Gguf::parse(bytes).unwrap();
+            assert!(
+                reports.len() > g.tensors.len(),
+                "{name}: a report per tensor (got {})",
+                reports.len()
+            );
+        }
+    }
+}
+
+#[test]
+fn tensors_reach_the_device_as_their_bytes_arrive() {
+    let bytes = FILES[0].1;
+    let g = Gguf::parse(bytes).unwrap();
+    // The first tensor placed (`rope_freqs.weight` goes into the config instead).
+    let first_end = g
+        .tensors
+        .iter()
+        .filter(|(n, _)| n != "rope_freqs.weight")
+        .map(|(_, t)| t.end)
+        .min()
+        .unwrap();
+    let last_start = g.tensors.iter().map(|(_, t)| t.start).max().unwrap();
+    let reports = RefCell::new(Vec::new());
+    let mut loader = GgufLoader::new(&Device::flex(), |l, _| reports.borrow_mut().push(l));
+    loader
+        .push(&bytes[..first_end])
+        .expect("header and the first tensor");
+    let after_first = reports.borrow().last().copied();
+    loader.push(&bytes[first_end..last_start]).expect("the middle");
+    drop(loader);
+    assert!(
+        after_first.is_some_and(|l| l > 0),
+        "the first tensor is placed once its bytes are in"
+    );
+    assert!(
+        reports.borrow().last().copied() > after_first,
+        "more tensors placed as more bytes arrive"
+    );
+}
+
+fn err(bytes: &[u8], sizes: &[usize]) -> (String, Vec<(u64, u64)>) {
+    let (result, reports) = streamed(bytes, sizes, &Device::flex());
+    match result {
+        Ok(_) => panic!("expected an error"),
+        Err(e) => (e.to_string(), reports),
+    }
+}
+
+#[test]
+fn a_truncated_file_names_what_is_missing() {
+    let bytes = FILES[0].1;
+    let g = Gguf::parse(bytes).unwrap();
+    let (last, info) = g.tensors.iter().max_by_key(|(_, t)| t.end).unwrap();
+    // Cut inside the last tensor.
+    let (e, _) = err(&bytes[..info.end - 10], &[4096]);
+    assert!(e.contains("truncated") && e.contains(last.as_str()), "{e}");
+    // Cut inside the header.
+    let (e, reports) = err(&bytes[..200], &[7]);
+    assert!(e.contains("truncated"), "{e}");
+    assert!(reports.is_empty(), "nothing placed without a header");
+    // Nothing at all.
+    let (e, _) = err(&[], &[1]);
+    assert!(e.contains("truncated"), "{e}");
+}
+
+#[test]
+fn garbage_is_refused_at_once() {
+    let mut bad = FILES[0].1.to_vec();
+    bad[..4].copy_from_slice(b"GGUX");
+    let (e, reports) = err(&bad, &[1 << 20]);
+    assert!(e.contains("not a GGUF file"), "{e}");
+    assert!(reports.is_empty());
+}
+
+/// The fixture rewritten with `edit` applied to its tensors.
+fn rewritten(edit: impl Fn(&mut Vec<(String, kiln::loader::GgmlType, Vec<usize>, Vec<u8>)>)) -> Vec<u8> {
+    let g = Gguf::parse(FILES[0].1).unwrap();
+    let mut tensors: Vec<_> = g
+        .tensors
+        .iter()
+        .map(|(n, t)| (n.clone(), t.ty, t.dims.clone(), g.data(t).to_vec()))
+        .collect();
+    edit(&mut tensors);
+    let out: Vec<TensorOut<'_>> = tensors
+        .iter()
+        .map(|(name, ty, dims, data)| TensorOut {
+            name,
+            ty: *ty,
+            dims,
+            data,
+        })
+        .collect();
+    let metadata: BTreeMap<_, _> = g.metadata.clone();
+    write(&metadata, &out).expect("writes")
+}
+
+#[test]
+fn header_errors_come_before_any_tensor_is_placed() {
+    // An unknown tensor.
+    let extra = rewritten(|t| {
+        let mut x = t[0].clone();
+        x.0 = "blk.0.mystery.weight".into();
+        t.push(x);
+    });
+    let (e, reports) = err(&extra, &[1 << 20]);
+    assert!(e.contains("blk.0.mystery.weight"), "{e}");
+    assert!(reports.is_empty(), "refused before placing: {reports:?}");
+    // A missing one.
+    let missing = rewritten(|t| t.retain(|(n, ..)| n != "blk.1.ffn_up.weight"));
+    let (e, reports) = err(&missing, &[1 << 20]);
+    assert!(e.contains("blk.1.ffn_up.weight") && e.contains("missing"), "{e}");
+    assert!(reports.is_empty());
+    // One of the wrong shape (same bytes, rows and columns swapped).
+    let reshaped = rewritten(|t| {
+        let x = t
+            .iter_mut()
+            .find(|(n, ..)| n == "blk.0.attn_output.weight")
+            .unwrap();
+        if let [a, b] = x.2[..] {
+            // Same element count, another shape; keep whole blocks by halving rows and doubling cols.
+            x.2 = vec![a * 2, b / 2];
+        }
+    });
+    let (e, reports) = err(&reshaped, &[1 << 20]);
+    assert!(
+        e.contains("blk.0.attn_output.weight") && e.contains("shape"),
+        "{e}"
+    );
+    assert!(reports.is_empty());
+}
+
+#[test]
+fn a_nan_scale_names_the_tensor() {
+    let g = Gguf::parse(FILES[0].1).unwrap();
+    let (name, info) = g
+        .tensors
+        .iter()
+        .find(|(_, t)| t.ty.is_quantized())
+        .expect("a quantized tensor");
+    // A NaN written over the scale of the fourth block: the first offset whose f16 NaN the block check
+    // catches (the scale's place differs between formats).
+    let at = info.start + info.ty.block_bytes() * 3;
+    let block = &FILES[0].1[at..at + info.ty.block_bytes()];
+    let off = (0..block.len() - 1)
+        .find(|&o| {
+            let mut b = block.to_vec();
+            b[o..o + 2].copy_from_slice(&0x7e00u16.to_le_bytes());
+            info.ty.check(&b).is_err()
+        })
+        .expect("a scale to corrupt");
+    let mut bad = FILES[0].1.to_vec();
+    bad[at + off..at + off + 2].copy_from_slice(&0x7e00u16.to_le_bytes());
+    let (e, _) = err(&bad, &[5000]);
+    assert!(e.contains(name.as_str()), "{e}");
+}
+
+#[test]
+fn a_model_beyond_the_weight_limit_is_refused_before_allocation() {
+    let bytes = FILES[0].1;
+    let reports = RefCell::new(Vec::new());
+    let mut loader = GgufLoader::new(&Device::flex(), |l, t| reports.borrow_mut().push((l, t)))
+        .with_weight_limit(Some(1000));
+    let e = loader.push(bytes).map(|_| ()).unwrap_err();
+    assert!(matches!(e, EngineError::TooLarge { .. }), "{e}");
+    assert!(e.to_string().contains("does not fit"), "{e}");
+    assert!(reports.borrow().is_empty());
+    // The next load works.
+    Model::from_gguf("tiny", bytes, &Device::flex()).expect("a later load");
+}
