@@ -4,6 +4,8 @@
 //! same tensor in one buffer, bit for bit (every output is one row's dot product in the same order), and
 //! the host reference within the usual tolerance (`1e-4 · Σ|x||w|`).
 //!
+//! One test also uploads a tensor 1.2 times the device's own limit through plain [`gpu::upload`].
+//!
 //! Shapes: weights `[n, k]` with odd `n` and a last part shorter than the others; part sizes are chosen so
 //! that a part's bytes are not a whole number of words (the padding of each part is exercised).
 
@@ -161,6 +163,57 @@ fn the_device_reports_its_binding_limit() {
     let limit = kiln::kernels::max_binding_bytes(&device).expect("a wgpu device has a binding limit");
     // WebGPU guarantees 128 MiB (the default `maxStorageBufferBindingSize`).
     assert!(limit >= 1 << 27, "binding limit {limit}");
+    eprintln!("storage binding limit: {limit} bytes");
     let (cpu, _) = kiln::engine::device::cpu();
     assert_eq!(kiln::kernels::max_binding_bytes(&cpu), None);
+}
+
+/// A tensor past the device's own limit (lavapipe's is 128 MiB): a Q8_0 table 1.2 times the limit (k = 640,
+/// a large vocabulary's embedding) goes up in parts by [`gpu::upload`] alone; the tied
+/// lm_head GEMV and the embedding rows of both sides of the part boundary match the host.
+#[test]
+fn a_tensor_over_the_device_limit_is_split() {
+    let device = device();
+    let limit = kiln::kernels::max_binding_bytes(&device).expect("a binding limit");
+    let (k, rb) = (640, row_bytes(8, 640));
+    let n = (limit as usize / rb) * 6 / 5;
+    if n * rb > 1 << 30 {
+        eprintln!("binding limit {limit}: a tensor past it is too large for this test");
+        return;
+    }
+    let mut rng = Rng(17);
+    let bytes = random_blocks(&mut rng, 8, n * k);
+    let w = gpu::upload(GgmlType::Q8_0, &bytes, n, k, &device).expect("upload");
+    assert_eq!(w.parts(), 2, "{} bytes under a {limit}-byte limit", bytes.len());
+    let row = |r: usize| GgmlType::Q8_0.dequantize(&bytes[r * rb..(r + 1) * rb]);
+    let x: Vec<f32> = (0..k).map(|_| rng.unit()).collect();
+    let y = read(gpu::matmul(
+        Tensor::<2>::from_data(TensorData::new(x.clone(), [1, k]), &device),
+        &w,
+    ));
+    assert_eq!(y.len(), n);
+    for (j, &got) in y.iter().enumerate() {
+        let wr = row(j);
+        let dot: f64 = wr
+            .iter()
+            .zip(&x)
+            .map(|(&a, &b)| f64::from(a) * f64::from(b))
+            .sum();
+        let mag: f64 = wr
+            .iter()
+            .zip(&x)
+            .map(|(&a, &b)| (f64::from(a) * f64::from(b)).abs())
+            .sum();
+        assert!(
+            (f64::from(got) - dot).abs() <= 1e-4 * mag + 1e-30,
+            "row {j}: {got} vs {dot}"
+        );
+    }
+    let edge = limit as usize / rb;
+    let ids: Vec<i32> = [0, edge - 1, edge, n - 1].iter().map(|&i| i as i32).collect();
+    let ids_t = Tensor::<1, Int>::from_data(TensorData::new(ids.clone(), [ids.len()]), &device);
+    let rows = read(gpu::embedding(&w, ids_t));
+    for (r, &i) in ids.iter().enumerate() {
+        assert_eq!(rows[r * k..(r + 1) * k], row(i as usize)[..], "row {i}");
+    }
 }
