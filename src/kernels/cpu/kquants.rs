@@ -27,6 +27,7 @@
 use super::act::Q16KRows;
 use super::dot::dot_blocks256;
 use super::f16_at;
+use super::panel;
 use super::q32::KVALUES_IQ4NL;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 use {super::dot::simd, core::arch::wasm32::*};
@@ -210,8 +211,9 @@ pub fn decode_iq4_xs(b: &[u8; 136], out: &mut Block) -> (f32, f32) {
     (f16_at(b, 0), 0.0)
 }
 
-/// Activation rows below which a format with a [`Fused`] kernel uses it (decode: m = 1).
-const FUSED_BELOW: usize = 4;
+/// Activation rows below which a format with a [`Fused`] kernel uses it (decode: m = 1); from
+/// [`panel::ROWS_FROM`] on, every format goes through dequantised panels and `gemm`.
+const FUSED_BELOW: usize = panel::ROWS_FROM;
 
 /// A row kernel straight from the weight super-blocks, decoding in registers: one weight row against one
 /// activation row (values, scales, sums of 16), for products with few activation rows.
@@ -334,6 +336,38 @@ fn dot_row(w: &Row, x: &Q16KRows, r: usize) -> f32 {
     dot_blocks256(&w.blocks, &w.d, xq, xd) - min
 }
 
+/// Weight rows of super-blocks dequantised into f32 through `decode`, for the prefill panels ([`panel`]).
+struct Dequantize<'a, const BB: usize, D> {
+    decode: &'a D,
+    block: Block,
+}
+
+impl<const BB: usize, D> panel::DecodeRow for Dequantize<'_, BB, D>
+where
+    D: Fn(&[u8; BB], &mut Block) -> (f32, f32),
+{
+    #[inline(always)]
+    fn decode_row(&mut self, row: &[u8], out: &mut [f32]) {
+        let (blocks, _) = row.as_chunks::<BB>();
+        for (b, o) in blocks.iter().zip(out.as_chunks_mut::<256>().0) {
+            let (d, dmin) = (self.decode)(b, &mut self.block);
+            dequantize_block(&self.block, d, dmin, o);
+        }
+    }
+}
+
+/// A decoded super-block as f32, `(d·sc)·q − dmin·mn` per 16 elements (as `GgmlType::dequantize`).
+#[inline(always)]
+fn dequantize_block(b: &Block, d: f32, dmin: f32, out: &mut [f32; 256]) {
+    let (q, o) = (b.q.as_chunks::<16>().0, out.as_chunks_mut::<16>().0);
+    for (((q, o), &sc), &mn) in q.iter().zip(o).zip(&b.sc).zip(&b.mn) {
+        let (s, mn) = (d * f32::from(sc), dmin * f32::from(mn));
+        for (o, &q) in o.iter_mut().zip(q) {
+            *o = s * f32::from(q) - mn;
+        }
+    }
+}
+
 /// See [`super::matmul`]: `w` holds `n` rows of `k / 256` super-blocks of `BB` bytes, each decoded by
 /// `decode` into a [`Block`] and `(d, dmin)`; with fewer than 4 activation rows through `fused` if given.
 #[inline(always)]
@@ -356,6 +390,15 @@ pub fn matmul<const BB: usize>(
         return;
     }
     let xq = Q16KRows::quantize(x, m, k);
+    if m >= panel::ROWS_FROM {
+        let xh = xq.dequantize();
+        let mut dq = Dequantize::<BB, _> {
+            decode: &decode,
+            block: Block::default(),
+        };
+        panel::matmul(w, nb * BB, n, k, &xh, m, y, &mut dq);
+        return;
+    }
     if let Some(fused) = fused.filter(|_| m < FUSED_BELOW) {
         let (blocks, _) = w.as_chunks::<BB>();
         for (col, wrow) in blocks.chunks_exact(nb).take(n).enumerate() {

@@ -23,12 +23,15 @@
 //!   [`kquants`]).
 //! - Decode (fewer than 4 activation rows): each weight block is decoded in registers and dotted with each
 //!   row ("fused"; the 32-element formats everywhere, on wasm four blocks' f16 scales widened at once;
-//!   `Q4_K`/`Q6_K` on wasm; the other K-quants, and all of them natively, decode the row as for prefill).
-//! - Prefill (4 rows or more): each weight row is decoded once per call into i16 values plus scales, which
-//!   stay in L1 while every activation row is dotted with it; decoding (and widening) is then amortized
-//!   over all `m` rows.
+//!   `Q4_K`/`Q6_K` on wasm; the other K-quants, and all of them natively, decode each weight row once into
+//!   i16 values plus scales and dot every activation row with it).
+//! - Prefill (4 rows or more, [`panel`]): the integer products would pay an f32 conversion and scaling per
+//!   block of every output and, natively, run at half the width of FMA; instead a panel of weight rows is
+//!   dequantised to f32 at a time and multiplied by `gemm` (burn-flex's own f32 matmul, packed and
+//!   register-blocked) with the activations' 16-bit values `d·q`: the dense f32 path's speed plus one
+//!   decode per weight element per call, without holding more than a panel of f32 weights.
 //! - F32/F16/BF16 weights are widened a row at a time and take f32 dot products, four activation rows per
-//!   pass over a weight row ([`float`]).
+//!   pass over a weight row ([`float`]), at any `m`.
 //! - On x86_64 the same code is also compiled for AVX2 + FMA and chosen at run time (native builds target
 //!   SSE2); on wasm32 `simd128` intrinsics replace the loops LLVM does not vectorize well there. Single
 //!   threaded throughout, no allocation per block.
@@ -41,6 +44,7 @@ pub mod act;
 pub mod dot;
 pub mod float;
 pub mod kquants;
+pub mod panel;
 pub mod q32;
 
 use crate::loader::quant::GgmlType;

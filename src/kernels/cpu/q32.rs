@@ -16,12 +16,12 @@
 #![allow(non_camel_case_types, reason = "named as the GGML types")]
 
 use super::act::Q16Rows;
-use super::dot::dot_blocks32;
 #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
 use super::dot::dot32;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 use super::dot::simd::{self, v128};
 use super::f16_at;
+use super::panel;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 use core::arch::wasm32::*;
 
@@ -29,10 +29,6 @@ use core::arch::wasm32::*;
 pub const KVALUES_IQ4NL: [i8; 16] = [
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 ];
-
-/// Activation rows below which a product decodes each weight block in registers for every row (decode:
-/// m = 1) instead of decoding each weight row once into a buffer for all rows (prefill).
-const FUSED_BELOW: usize = 4;
 
 /// A 32-element format of `BB`-byte blocks.
 ///
@@ -53,6 +49,14 @@ pub trait Format<const BB: usize> {
 
     /// The block's 32 integers into `q`, returning `(dw, mw)`.
     fn decode(b: &[u8; BB], q: &mut [i16; 32]) -> (f32, f32);
+
+    /// Whether [`Format::dequantize`] is the format's own (straight to f32, which vectorizes as one
+    /// pass) rather than [`Format::decode`] followed by a widening.
+    const DEQUANTIZE: bool = false;
+
+    /// The block as 32 f32 values, where [`Format::DEQUANTIZE`] says so.
+    #[inline(always)]
+    fn dequantize(_b: &[u8; BB], _out: &mut [f32; 32]) {}
 
     /// The integers as two vectors of i8 lanes (elements 0..16, 16..32).
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
@@ -84,6 +88,21 @@ fn nibbles(qs: &[u8], q: &mut [i16; 32], offset: i16) {
     for j in 0..16 {
         q[j] = i16::from(qs[j] & 0xf) - offset;
         q[j + 16] = i16::from(qs[j] >> 4) - offset;
+    }
+}
+
+/// `d·(nibble − offset) + mw` of 16 bytes of nibbles (low ones first) into 32 f32.
+#[inline(always)]
+fn nibbles_f32(qs: &[u8], out: &mut [f32; 32], d: f32, offset: f32, mw: f32) {
+    let (lo, hi) = out.split_at_mut(16);
+    let (lo, hi, qs) = (
+        lo.as_chunks_mut::<8>().0,
+        hi.as_chunks_mut::<8>().0,
+        qs.as_chunks::<8>().0,
+    );
+    for ((lo, hi), b) in lo.iter_mut().zip(hi).zip(qs) {
+        *lo = b.map(|b| d * (f32::from(b & 0xf) - offset) + mw);
+        *hi = b.map(|b| d * (f32::from(b >> 4) - offset) + mw);
     }
 }
 
@@ -128,6 +147,11 @@ impl Format<18> for Q4_0 {
         nibbles(&b[2..18], q, 8);
         (f16_at(b, 0), 0.0)
     }
+    const DEQUANTIZE: bool = true;
+    #[inline(always)]
+    fn dequantize(b: &[u8; 18], out: &mut [f32; 32]) {
+        nibbles_f32(&b[2..18], out, f16_at(b, 0), 8.0, 0.0);
+    }
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     #[inline(always)]
     fn decode_v(b: &[u8; 18]) -> (v128, v128) {
@@ -148,6 +172,11 @@ impl Format<20> for Q4_1 {
     fn decode(b: &[u8; 20], q: &mut [i16; 32]) -> (f32, f32) {
         nibbles(&b[4..20], q, 0);
         (f16_at(b, 0), f16_at(b, 2))
+    }
+    const DEQUANTIZE: bool = true;
+    #[inline(always)]
+    fn dequantize(b: &[u8; 20], out: &mut [f32; 32]) {
+        nibbles_f32(&b[4..20], out, f16_at(b, 0), 0.0, f16_at(b, 2));
     }
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     #[inline(always)]
@@ -207,6 +236,15 @@ impl Format<34> for Q8_0 {
             *q = i16::from(v as i8);
         }
         (f16_at(b, 0), 0.0)
+    }
+    const DEQUANTIZE: bool = true;
+    #[inline(always)]
+    fn dequantize(b: &[u8; 34], out: &mut [f32; 32]) {
+        let d = f16_at(b, 0);
+        let q = b[2..34].as_chunks::<8>().0;
+        for (o, q) in out.as_chunks_mut::<8>().0.iter_mut().zip(q) {
+            *o = q.map(|v| d * f32::from(v as i8));
+        }
     }
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     #[inline(always)]
@@ -334,22 +372,8 @@ mod nib {
     }
 }
 
-/// One weight row decoded: per block its integers, `dw` and `mw`.
-struct Row {
-    q: Vec<[i16; 32]>,
-    d: Vec<f32>,
-    m: Vec<f32>,
-}
-
-/// `Σ_b dw·dx·(q·qx) + mw·sx` for activation row `r` against one decoded row.
-#[inline(always)]
-fn dot_row(w: &Row, x: &Q16Rows, r: usize) -> f32 {
-    let (xq, xd, xs) = x.row(r);
-    let min: f32 = w.m.iter().zip(xs).map(|(m, s)| m * s).sum();
-    dot_blocks32(&w.q, &w.d, xq, xd) + min
-}
-
-/// The same straight from the weight blocks, each decoded in registers.
+/// `Σ_b dw·dx·(q·qx) + mw·sx` for activation row `r`, straight from the weight blocks, each decoded in
+/// registers.
 #[inline(always)]
 fn dot_fused<const BB: usize, F: Format<BB>>(w: &[[u8; BB]], x: &Q16Rows, r: usize) -> f32 {
     let (xq, xd, xs) = x.row(r);
@@ -409,7 +433,35 @@ fn dot_fused<const BB: usize, F: Format<BB>>(w: &[[u8; BB]], x: &Q16Rows, r: usi
     }
 }
 
-/// See [`super::matmul`]: `w` holds `n` rows of `k / 32` blocks of format `F`.
+/// Weight rows of `F` blocks dequantised into f32, `dw·q + mw` (as `GgmlType::dequantize`), for the
+/// prefill panels ([`panel`]).
+struct Dequantize<const BB: usize, F>(core::marker::PhantomData<F>);
+
+impl<const BB: usize, F: Format<BB>> panel::DecodeRow for Dequantize<BB, F> {
+    #[inline(always)]
+    fn decode_row(&mut self, row: &[u8], out: &mut [f32]) {
+        dequantize_row::<BB, F>(row, out);
+    }
+}
+
+#[inline(always)]
+fn dequantize_row<const BB: usize, F: Format<BB>>(row: &[u8], out: &mut [f32]) {
+    let mut q = [0i16; 32];
+    for (b, o) in row.as_chunks::<BB>().0.iter().zip(out.as_chunks_mut::<32>().0) {
+        if F::DEQUANTIZE {
+            F::dequantize(b, o);
+        } else {
+            let (d, mw) = decode_into::<BB, F>(b, &mut q);
+            for (o, &q) in o.iter_mut().zip(&q) {
+                *o = d * f32::from(q) + mw;
+            }
+        }
+    }
+}
+
+/// See [`super::matmul`]: `w` holds `n` rows of `k / 32` blocks of format `F`. Below
+/// [`panel::ROWS_FROM`] activation rows (decode) each weight block is decoded in registers for every row;
+/// from there on (prefill) through dequantised panels and `gemm`.
 #[inline(always)]
 pub fn matmul<const BB: usize, F: Format<BB>>(
     w: &[u8],
@@ -424,41 +476,29 @@ pub fn matmul<const BB: usize, F: Format<BB>>(
         return;
     }
     let xq = Q16Rows::quantize(x, m, k);
+    if m >= panel::ROWS_FROM {
+        let xh = xq.dequantize();
+        let mut dq = Dequantize::<BB, F>(core::marker::PhantomData);
+        panel::matmul(w, nb * BB, n, k, &xh, m, y, &mut dq);
+        return;
+    }
     let (blocks, _) = w.as_chunks::<BB>();
     let rows = blocks.chunks_exact(nb).take(n).enumerate();
-    if m < FUSED_BELOW {
-        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-        if let Some((at, offset)) = F::NIBBLES {
-            let x16 = nib::permute(&xq.q);
-            for (col, wrow) in rows {
-                for r in 0..m {
-                    let (_, xd, xs) = xq.row(r);
-                    let x16 = &x16[r * nb..(r + 1) * nb];
-                    y[r * n + col] = nib::dot::<BB, F>(wrow, x16, xd, xs, at, offset);
-                }
-            }
-            return;
-        }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    if let Some((at, offset)) = F::NIBBLES {
+        let x16 = nib::permute(&xq.q);
         for (col, wrow) in rows {
             for r in 0..m {
-                y[r * n + col] = dot_fused::<BB, F>(wrow, &xq, r);
+                let (_, xd, xs) = xq.row(r);
+                let x16 = &x16[r * nb..(r + 1) * nb];
+                y[r * n + col] = nib::dot::<BB, F>(wrow, x16, xd, xs, at, offset);
             }
         }
         return;
     }
-    let mut row = Row {
-        q: vec![[0; 32]; nb],
-        d: vec![0.0; nb],
-        m: vec![0.0; nb],
-    };
     for (col, wrow) in rows {
-        for (((b, q), d), mw) in wrow.iter().zip(&mut row.q).zip(&mut row.d).zip(&mut row.m) {
-            (*d, *mw) = decode_into::<BB, F>(b, q);
-        }
-        // One activation row at a time: a four-row form (each weight block widened once for four rows)
-        // measured 10 % slower under V8 (x64 has 16 vector registers), and the row is in L1 anyway.
         for r in 0..m {
-            y[r * n + col] = dot_row(&row, &xq, r);
+            y[r * n + col] = dot_fused::<BB, F>(wrow, &xq, r);
         }
     }
 }
