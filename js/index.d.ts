@@ -18,6 +18,8 @@ export declare class KilnError extends Error {
 /**
  * Loading progress, in bytes: `download` (fetched, across all files), `parse` (the file read), `upload`
  * (tensor data of the file handed to the device, as stored). Within a phase `loaded` only grows, and it ends at `total`.
+ * A GGUF file streams: its header is read as soon as it has arrived and each tensor goes to the device once its
+ * bytes are in, so `upload` reports interleave with `download` ones (the file is never whole in wasm memory).
  */
 export interface LoadProgress {
   phase: 'download' | 'parse' | 'upload';

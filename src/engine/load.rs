@@ -176,6 +176,7 @@ fn stage(g: &Gguf<'static>, device: &Device, limit: Option<u64>) -> Result<Stagi
     if let Some(limit) = limit {
         check_fit(g, device, limit)?;
     }
+    check_bindings(g, device)?;
     let total = g.tensors.iter().map(|(_, t)| (t.end - t.start) as u64).sum();
     Ok(Staging {
         config,
@@ -203,7 +204,7 @@ fn check_fit(g: &Gguf<'static>, device: &Device, limit: u64) -> Result<(), Engin
         .iter()
         .map(|(_, t)| {
             let elements: usize = t.dims.iter().product();
-            match t.dims.len() == 2 && QuantWeight::keeps(t.ty, device) {
+            match t.dims.len() == 2 && QuantWeight::keeps(t.ty, t.end - t.start, device) {
                 true => (t.end - t.start) as u64,
                 false => 4 * elements as u64,
             }
@@ -214,6 +215,28 @@ fn check_fit(g: &Gguf<'static>, device: &Device, limit: u64) -> Result<(), Engin
             needed: held >> 20,
             limit: limit >> 20,
         });
+    }
+    Ok(())
+}
+
+/// Refuses, on wgpu, a matrix one of whose rows exceeds the largest storage buffer binding (a weight is
+/// split across buffers by whole rows, so a row is the unit that must fit).
+fn check_bindings(g: &Gguf<'static>, device: &Device) -> Result<(), EngineError> {
+    let Some(limit) = crate::kernels::max_binding_bytes(device) else {
+        return Ok(());
+    };
+    for (name, t) in &g.tensors {
+        let row = t.ty.row_bytes(t.dims[0]).unwrap_or(0) as u64;
+        if t.dims.len() == 2 && row > limit {
+            return Err(LoadError::Blocks {
+                name: name.clone(),
+                ty: t.ty.name(),
+                reason: format!(
+                    "a row takes {row} bytes, more than the device's largest storage buffer binding ({limit} bytes)"
+                ),
+            }
+            .into());
+        }
     }
     Ok(())
 }

@@ -47,13 +47,17 @@ enum Store {
 }
 
 impl QuantWeight {
-    /// Whether [`QuantWeight::place`] keeps a matrix of `ty` in its blocks on `device` (else the model
-    /// holds it dense, in f32).
-    pub fn keeps(ty: GgmlType, device: &Device) -> bool {
+    /// Whether [`QuantWeight::place`] keeps a matrix of `ty` taking `bytes` in its blocks on `device`
+    /// (else the model holds it dense, in f32): quantized types where the device has a kernel; on wgpu
+    /// also 16-bit floats, and f32 matrices too large for one storage buffer binding (a dense burn tensor
+    /// is one buffer; a [`gpu::GpuWeight`] splits).
+    pub fn keeps(ty: GgmlType, bytes: usize, device: &Device) -> bool {
         match device.as_dispatch() {
             DispatchDevice::Flex(_) => ty.is_quantized() && cpu::supports(ty),
             DispatchDevice::Cube(_) => {
-                (ty.is_quantized() || matches!(ty, GgmlType::F16 | GgmlType::BF16)) && gpu::supports(ty)
+                let too_big = max_binding_bytes(device).is_some_and(|limit| bytes as u64 > limit);
+                let kept = ty.is_quantized() || matches!(ty, GgmlType::F16 | GgmlType::BF16) || too_big;
+                kept && gpu::supports(ty)
             }
             #[allow(unreachable_patterns)]
             _ => false,
@@ -67,17 +71,12 @@ impl QuantWeight {
         if row.checked_mul(n) != Some(bytes.len()) {
             return None;
         }
+        if !Self::keeps(ty, bytes.len(), device) {
+            return None;
+        }
         let store = match device.as_dispatch() {
-            DispatchDevice::Flex(_) if ty.is_quantized() && cpu::supports(ty) => {
-                Store::Host(Arc::from(bytes))
-            }
-            DispatchDevice::Cube(_)
-                if (ty.is_quantized() || matches!(ty, GgmlType::F16 | GgmlType::BF16))
-                    && gpu::supports(ty) =>
-            {
-                Store::Gpu(Box::new(gpu::upload(ty, bytes, n, k, device).ok()?))
-            }
-            _ => return None,
+            DispatchDevice::Flex(_) => Store::Host(Arc::from(bytes)),
+            _ => Store::Gpu(Box::new(gpu::upload(ty, bytes, n, k, device).ok()?)),
         };
         Some(Self { ty, n, k, store })
     }

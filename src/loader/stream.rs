@@ -175,6 +175,10 @@ impl GgufStream {
                     bytes: &piece[..take],
                 })?;
             } else {
+                if self.buf.is_empty() {
+                    // One allocation of the tensor's size (growing by doubling would hold 1.5× at once).
+                    self.buf.reserve_exact(info.end - info.start);
+                }
                 self.buf.extend_from_slice(&piece[..take]);
                 if take == need {
                     on(Event::Tensor {

@@ -16,8 +16,8 @@ use crate::loader::{LoadError, RawTensor, Weights};
 /// A tensor on its device.
 #[derive(Debug, Clone)]
 pub enum Placed {
-    /// `[n]` in f32.
-    Vector(Tensor<1>),
+    /// `[n]` in f32 (boxed: a burn tensor is large beside a matrix handle).
+    Vector(Box<Tensor<1>>),
     /// `[out, in]`.
     Matrix(Matrix),
 }
@@ -26,10 +26,10 @@ impl Placed {
     /// Places a 1-D or 2-D checkpoint tensor on `device`. Other ranks are a shape error naming the tensor.
     pub fn new(name: &str, raw: &RawTensor<'_>, device: &Device) -> Result<Self, LoadError> {
         match raw.shape.as_slice() {
-            &[n] => Ok(Self::Vector(Tensor::from_data(
+            &[n] => Ok(Self::Vector(Box::new(Tensor::from_data(
                 TensorData::new(raw.to_f32(), [n]),
                 device,
-            ))),
+            )))),
             &[_, _] => Ok(Self::Matrix(Matrix::load(raw, device))),
             other => Err(LoadError::Shape {
                 name: name.into(),
@@ -137,7 +137,7 @@ impl Tensors for Staged {
 
     fn vector(&mut self, name: &str, n: usize) -> Result<Tensor<1>, LoadError> {
         match self.take(name, &[n])? {
-            Placed::Vector(v) => Ok(v),
+            Placed::Vector(v) => Ok(*v),
             Placed::Matrix(m) => Err(LoadError::Shape {
                 name: name.into(),
                 expected: vec![n],

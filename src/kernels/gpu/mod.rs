@@ -32,6 +32,7 @@ pub use matmul::matmul;
 use burn::backend::Cube;
 use burn::tensor::{Device, Tensor};
 use burn_cubecl::CubeDevice;
+use cubecl::bytes::Bytes;
 use cubecl::client::Client;
 use cubecl::server::Handle;
 
@@ -57,6 +58,9 @@ pub enum GpuKernelError {
         expected: usize,
         got: usize,
     },
+    /// The device did not take the uploaded bytes.
+    #[error("uploading the weight failed: {0}")]
+    Upload(String),
     /// One row is larger than a storage buffer binding may be.
     #[error("GGML type {type_id}: a row of {row_bytes} bytes exceeds the {limit}-byte storage binding limit")]
     RowTooLarge {
@@ -240,14 +244,16 @@ pub fn upload_ggml_with_limit(
             let rows = rows_per_part.min(n - row0);
             let chunk = &bytes[row0 * row_bytes..(row0 + rows) * row_bytes];
             let words = chunk.len().div_ceil(4);
-            let handle = if chunk.len() == words * 4 {
-                client.create_from_slice(chunk)
-            } else {
-                let mut padded = Vec::with_capacity(words * 4);
-                padded.extend_from_slice(chunk);
-                padded.resize(words * 4, 0);
-                client.create_from_slice(&padded)
-            };
+            // One copy, into whole words (zero padded) that cubecl takes as they are: its
+            // `create_from_slice` would copy twice more, and a model's largest tensor three times over
+            // is what bounds the wasm memory a load needs.
+            let mut packed = vec![0u32; words];
+            for (w, b) in packed.iter_mut().zip(chunk.chunks(4)) {
+                let mut word = [0u8; 4];
+                word[..b.len()].copy_from_slice(b);
+                *w = u32::from_ne_bytes(word);
+            }
+            let handle = client.create(Bytes::from_elems(packed));
             Part {
                 row0,
                 rows,
@@ -256,6 +262,9 @@ pub fn upload_ggml_with_limit(
             }
         })
         .collect();
+    // cubecl queues writes (each holding a copy of its bytes) until the stream runs: run it now, so that
+    // a model's weights are not all held in host memory at once while it loads.
+    client.flush().map_err(|e| GpuKernelError::Upload(format!("{e:?}")))?;
     Ok(GpuWeight {
         fmt,
         n,
