@@ -222,21 +222,25 @@ export class Engine {
    * an adapter, else the CPU backend). `onProgress({ phase, loaded, total })`: `download` (bytes fetched),
    * `parse`, then `upload` (bytes of weights on the device). A GGUF file streams: each tensor goes to the
    * device as soon as its bytes have arrived (the phases interleave), so the file is never whole in wasm
-   * memory.
+   * memory. `quantize` (`'q8_0'`, `'q4_k'`, …; Hugging Face sources only) quantizes the float weight
+   * matrices as they load, with kiln's own quantizers.
    */
-  static async load({ model, source, onProgress, cache = false, device = 'auto', wasm } = {}) {
+  static async load({ model, source, onProgress, cache = false, device = 'auto', quantize, wasm } = {}) {
     if (typeof model !== 'string' || model === '') {
       throw new KilnError({ status: 400, error: { message: '`model` (the id requests name) must be a non-empty string', type: 'invalid_request_error', param: 'model', code: 'invalid_value' } });
     }
     await initOnce(wasm);
     let inner;
+    if (quantize !== undefined && quantize !== null && (isUrl(source) || isBytes(source))) {
+      throw new KilnError({ status: 400, error: { message: '`quantize` applies to Hugging Face (safetensors) sources; a GGUF file keeps the types it was quantized to', type: 'invalid_request_error', param: 'quantize', code: 'invalid_value' } });
+    }
     if (isUrl(source) || isBytes(source)) {
       inner = await streamGguf(model, source, { cache, device, onProgress });
     } else if (source && typeof source === 'object' && 'config' in source) {
       const files = await hfFiles(source, cache, onProgress);
       const size = files.weights.reduce((n, w) => n + w.bytes.length, 0);
       try {
-        inner = await KilnModel.fromHf(model, files, device, uploadReporter(onProgress, size));
+        inner = await KilnModel.fromHf(model, files, device, uploadReporter(onProgress, size), quantize ?? undefined);
       } catch (e) {
         throw toError(e);
       }

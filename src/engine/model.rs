@@ -19,7 +19,7 @@ use crate::api::response::response_id;
 use crate::api::unions::Prompt;
 use crate::api::validate::Common;
 use crate::api::{ApiError, ModelSpec, ValidChat, ValidCompletion};
-use crate::loader::{Checkpoint, Reporting};
+use crate::loader::{Checkpoint, GgmlType, Quantizing, Reporting};
 use crate::model::{Decoder, ModelConfig};
 use crate::sampling::Rng;
 use crate::sampling::constrain::Vocab;
@@ -97,6 +97,18 @@ impl Model {
         device: &Device,
         on_upload: &mut dyn FnMut(u64, u64),
     ) -> Result<Self, EngineError> {
+        Self::from_hf_quantized(id, files, device, None, on_upload)
+    }
+
+    /// [`Model::from_hf_reporting`], with every float weight matrix quantized to `quantize` as it loads
+    /// (kiln's quantizers; see [`crate::loader::quantize`]); `None` keeps the checkpoint's types.
+    pub fn from_hf_quantized(
+        id: &str,
+        files: HfFiles<'_>,
+        device: &Device,
+        quantize: Option<GgmlType>,
+        on_upload: &mut dyn FnMut(u64, u64),
+    ) -> Result<Self, EngineError> {
         let config = ModelConfig::from_json(files.config).map_err(crate::loader::LoadError::from)?;
         let tokenizer = ModelTokenizer::from_hf(HfTokenizerFiles {
             config: Some(files.config),
@@ -107,14 +119,12 @@ impl Model {
             (index, _) => Checkpoint::shards(index, files.weights.clone())?,
         };
         let mut reporting = Reporting::new(&mut weights, on_upload);
-        let decoder = Decoder::load(config, &mut reporting, device)?;
+        let decoder = match quantize {
+            None => Decoder::load(config, &mut reporting, device)?,
+            Some(ty) => Decoder::load(config, &mut Quantizing::new(&mut reporting, ty), device)?,
+        };
         reporting.finish();
-        Ok(Self {
-            id: id.to_owned(),
-            decoder,
-            tokenizer: Arc::new(tokenizer),
-            vocab: OnceLock::new(),
-        })
+        Ok(Self::new(id, decoder, tokenizer))
     }
 
     /// The token table for constrained decoding (built once).

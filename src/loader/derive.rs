@@ -106,7 +106,7 @@ fn allows_quantization(name: &str, dims: &[usize]) -> bool {
 }
 
 /// `tensor_type_fallback`: a type whose block fits a row of `ncols`.
-fn fallback(ty: GgmlType, ncols: usize) -> GgmlType {
+pub fn fallback(ty: GgmlType, ncols: usize) -> GgmlType {
     if ncols.is_multiple_of(ty.block_elems()) {
         return ty;
     }

@@ -7,6 +7,7 @@ pub mod gguf;
 pub mod gguf_model;
 pub mod gguf_write;
 pub mod quant;
+pub mod quantize;
 pub mod safetensors;
 pub mod stream;
 
@@ -17,6 +18,7 @@ use crate::model::ModelConfig;
 pub use gguf::{Array, Gguf, GgufError, Value};
 pub use gguf_model::GgufWeights;
 pub use quant::{BlockError, GgmlType};
+pub use quantize::{Quantizing, quantize_type};
 pub use safetensors::{Safetensors, SafetensorsError, ShardIndex};
 pub use stream::GgufStream;
 

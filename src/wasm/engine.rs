@@ -190,15 +190,22 @@ impl KilnModel {
 
     /// Loads a Hugging Face model from the bytes of its files: `{ config, tokenizer, tokenizerConfig?,
     /// chatTemplate?, generationConfig?, index?, weights: [{ name, bytes }] }` (`Uint8Array`s, except
-    /// `chatTemplate`, a string). `device`, `id` and `onUpload` as for `fromGguf`.
+    /// `chatTemplate`, a string). `device`, `id` and `onUpload` as for `fromGguf`. `quantize` (`"q8_0"`,
+    /// `"q4_k"`, …) quantizes every float weight matrix as it loads.
     #[wasm_bindgen(js_name = fromHf)]
     pub async fn from_hf(
         id: String,
         files: JsValue,
         device: Option<String>,
         on_upload: Option<js_sys::Function>,
+        quantize: Option<String>,
     ) -> Result<KilnModel, JsValue> {
         super::install_panic_hook();
+        let quantize = quantize
+            .as_deref()
+            .map(crate::loader::quantize_type)
+            .transpose()
+            .map_err(|e| api_error(&ApiError::invalid("quantize", e)))?;
         let bytes = |key: &str, required: bool| -> Result<Option<Vec<u8>>, JsValue> {
             let v = js_sys::Reflect::get(&files, &key.into()).unwrap_or(JsValue::UNDEFINED);
             if v.is_undefined() || v.is_null() {
@@ -252,7 +259,8 @@ impl KilnModel {
             },
         };
         let mut report = reporter(on_upload);
-        let model = Model::from_hf_reporting(&id, files, &device, &mut report).map_err(|e| load_error(&e))?;
+        let model = Model::from_hf_quantized(&id, files, &device, quantize, &mut report)
+            .map_err(|e| load_error(&e))?;
         Ok(Self {
             model: Rc::new(model),
             device: info,

@@ -105,7 +105,29 @@ async function cases(mode) {
       model: 'tiny-hf', prompt: golden.prompt_ids, max_tokens: golden.greedy_ids.length, temperature: 0, logprobs: 0,
     });
     await hf.unload();
+    // The same checkpoint quantized to Q8_0 as it loads: its weights take about a quarter of the bytes.
+    const hfSource = { config: `${dir}config.json`, tokenizer: `${dir}tokenizer.json`, tokenizerConfig: `${dir}tokenizer_config.json`, weights: [`${dir}model.safetensors`] };
+    const dense = await load({ model: 'tiny-hf', source: hfSource, device: 'webgpu' });
+    const denseBytes = dense.memory.weightBytes;
+    await dense.unload();
+    const q8 = await load({ model: 'tiny-hf', source: hfSource, device: 'webgpu', quantize: 'q8_0' });
+    const q8Bytes = q8.memory.weightBytes;
+    const q8Completion = await q8.completions.create({ model: 'tiny-hf', prompt: golden.prompt_ids, max_tokens: 4, temperature: 0 });
+    await q8.unload();
+    const quantizeErrors = [];
+    for (const options of [
+      { model: 'x', source: '/fixtures/gguf/tiny-llama.gguf', quantize: 'q8_0' },
+      { model: 'x', source: hfSource, quantize: 'q4' },
+    ]) {
+      try {
+        await load(options);
+        quantizeErrors.push(null);
+      } catch (e) {
+        quantizeErrors.push({ status: e.status, param: e.param, message: e.message });
+      }
+    }
     return {
+      denseBytes, q8Bytes, q8Completion, quantizeErrors,
       progress, device, full, streamed, chunks, completion, completionStreamed, error, aborted, seen,
       runningDone, queuedAbort, after, a, b, onCpu, cpuDevice, hfProgress, hfCompletion, golden, json, cached, fromCache,
     };
@@ -197,6 +219,12 @@ for (const mode of (process.env.KILN_E2E_MODES ?? 'main,worker').split(',')) {
       const expected = r.golden.greedy_pieces.map(byteLevelText);
       assert.deepEqual(tokens, expected, 'greedy tokens on WebGPU = transformers');
       assert.equal(r.hfCompletion.usage.prompt_tokens, r.golden.prompt_ids.length);
+      // `quantize`: weights held in Q8_0 blocks (34 bytes per 32 weights against 128), and it still generates.
+      const ratio = r.q8Bytes / r.denseBytes;
+      assert.ok(ratio > 0.25 && ratio < 0.29, `Q8_0 weights take ${r.q8Bytes} of ${r.denseBytes} bytes`);
+      assert.equal(r.q8Completion.usage.completion_tokens, 4);
+      for (const e of r.quantizeErrors) assert.ok(e && e.status === 400 && e.param === 'quantize', JSON.stringify(r.quantizeErrors));
+      assert.match(r.quantizeErrors[1].message, /q4_k/);
     } finally {
       await browser.close();
     }

@@ -264,7 +264,9 @@ pub fn upload_ggml_with_limit(
         .collect();
     // cubecl queues writes (each holding a copy of its bytes) until the stream runs: run it now, so that
     // a model's weights are not all held in host memory at once while it loads.
-    client.flush().map_err(|e| GpuKernelError::Upload(format!("{e:?}")))?;
+    client
+        .flush()
+        .map_err(|e| GpuKernelError::Upload(format!("{e:?}")))?;
     Ok(GpuWeight {
         fmt,
         n,
