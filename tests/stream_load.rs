@@ -256,3 +256,39 @@ fn a_model_beyond_the_weight_limit_is_refused_before_allocation() {
     // The next load works.
     Model::from_gguf("tiny", bytes, &Device::flex()).expect("a later load");
 }
+
+#[path = "data/mod.rs"]
+mod data;
+
+/// The derived SmolLM2 Q4_K_M (Q4_K, Q6_K and Q8_0 tensors): a NaN super-block scale in a K-quant tensor,
+/// or the file cut inside one, is an error naming that tensor, found as the stream reaches it.
+#[test]
+fn corrupt_k_quant_tensors_name_themselves() {
+    let bytes = data::read(data::SMOLLM2_Q4KM);
+    let g = Gguf::parse(&bytes).unwrap();
+    for want in ["Q4_K", "Q6_K"] {
+        let (name, info) = g
+            .tensors
+            .iter()
+            .filter(|(_, t)| t.ty.name() == want)
+            .min_by_key(|(_, t)| t.start)
+            .unwrap_or_else(|| panic!("a {want} tensor"));
+        // The fifth super-block's `d`, found as the offset whose f16 NaN the block check refuses.
+        let at = info.start + info.ty.block_bytes() * 4;
+        let block = &bytes[at..at + info.ty.block_bytes()];
+        let off = (0..block.len() - 1)
+            .find(|&o| {
+                let mut b = block.to_vec();
+                b[o..o + 2].copy_from_slice(&0x7c00u16.to_le_bytes());
+                info.ty.check(&b).is_err()
+            })
+            .expect("a scale to corrupt");
+        let mut bad = bytes[..info.end + 4096].to_vec();
+        bad[at + off..at + off + 2].copy_from_slice(&0x7c00u16.to_le_bytes());
+        let (e, _) = err(&bad, &[1 << 20]);
+        assert!(e.contains(name.as_str()) && e.contains(want), "{want}: {e}");
+        // Cut in the middle of the tensor.
+        let (e, _) = err(&bytes[..(info.start + info.end) / 2], &[1 << 20]);
+        assert!(e.contains("truncated") && e.contains(name.as_str()), "{want}: {e}");
+    }
+}
