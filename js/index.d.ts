@@ -65,7 +65,7 @@ export interface LoadOptions {
    * Hugging Face sources only: quantize every float weight matrix (f32/f16/bf16 safetensors) to this GGML
    * type as it loads, with kiln's own quantizers (llama.cpp's reference algorithms). A row length that is
    * not a whole number of the type's blocks falls back as `llama-quantize` does (e.g. `q4_k` → `q5_0`).
-   * A GGUF source with `quantize` is refused (status 400, `param: 'quantize'`).
+   * A GGUF source with `quantize`, or an unknown type name, is refused (status 422, `param: 'quantize'`).
    */
   quantize?: 'q4_0' | 'q4_1' | 'q5_0' | 'q5_1' | 'q8_0' | 'q2_k' | 'q3_k' | 'q4_k' | 'q5_k' | 'q6_k' | 'iq4_nl' | 'iq4_xs';
   /** Where `kiln_bg.wasm` is, when not beside this module. */
@@ -133,6 +133,8 @@ export declare class WorkerEngine implements KilnEngine {
   static load(worker: Worker, options: LoadOptions): Promise<WorkerEngine>;
   readonly model: string;
   readonly device: DeviceInfo;
+  /** The model's bytes as the worker reported them when the load finished (`Engine.memory` there). */
+  readonly memory: MemoryReport;
   readonly chat: KilnEngine['chat'];
   readonly completions: KilnEngine['completions'];
   unload(): Promise<void>;

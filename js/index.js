@@ -232,7 +232,7 @@ export class Engine {
     await initOnce(wasm);
     let inner;
     if (quantize !== undefined && quantize !== null && (isUrl(source) || isBytes(source))) {
-      throw new KilnError({ status: 400, error: { message: '`quantize` applies to Hugging Face (safetensors) sources; a GGUF file keeps the types it was quantized to', type: 'invalid_request_error', param: 'quantize', code: 'invalid_value' } });
+      throw new KilnError({ status: 422, error: { message: '`quantize` applies to Hugging Face (safetensors) sources; a GGUF file keeps the types it was quantized to', type: 'invalid_request_error', param: 'quantize', code: 'invalid_value' } });
     }
     if (isUrl(source) || isBytes(source)) {
       inner = await streamGguf(model, source, { cache, device, onProgress });
@@ -379,6 +379,8 @@ export class WorkerEngine {
     const info = await engine.#call({ kiln: 'load', options, progress: Boolean(onProgress) }, onProgress);
     engine.model = info.model;
     engine.device = info.device;
+    /** The model's bytes when the load finished (the worker's `Engine.memory` then). */
+    engine.memory = info.memory;
     return engine;
   }
 

@@ -223,7 +223,7 @@ for (const mode of (process.env.KILN_E2E_MODES ?? 'main,worker').split(',')) {
       const ratio = r.q8Bytes / r.denseBytes;
       assert.ok(ratio > 0.25 && ratio < 0.29, `Q8_0 weights take ${r.q8Bytes} of ${r.denseBytes} bytes`);
       assert.equal(r.q8Completion.usage.completion_tokens, 4);
-      for (const e of r.quantizeErrors) assert.ok(e && e.status === 400 && e.param === 'quantize', JSON.stringify(r.quantizeErrors));
+      for (const e of r.quantizeErrors) assert.ok(e && e.status === 422 && e.param === 'quantize', JSON.stringify(r.quantizeErrors));
       assert.match(r.quantizeErrors[1].message, /q4_k/);
     } finally {
       await browser.close();
