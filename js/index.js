@@ -129,27 +129,36 @@ async function streamGguf(model, source, { cache, device, onProgress }) {
   } catch (e) {
     throw toError(e);
   }
+  const reader = response?.body.getReader();
   try {
     const push = (piece) => {
-      loader.push(piece);
       loaded += piece.length;
-      total = Math.max(total, loaded);
-      onProgress?.({ phase: 'download', loaded, total });
+      // An unknown length (no content-length) is reported as total 0 until the end.
+      onProgress?.({ phase: 'download', loaded, total: total >= loaded ? total : 0 });
+      loader.push(piece);
     };
     if (bytes) {
       for (let at = 0; at < bytes.length; at += PIECE) push(bytes.subarray(at, at + PIECE));
     } else {
-      const reader = response.body.getReader();
       for (;;) {
-        const { done, value } = await reader.read();
-        if (done) break;
-        push(value);
+        let next;
+        try {
+          next = await reader.read();
+        } catch (e) {
+          throw sourceError(`fetching \`source\` ${source} failed: ${e?.message ?? e}`, 'model_fetch_failed');
+        }
+        if (next.done) break;
+        push(next.value);
       }
     }
+    total = loaded;
     onProgress?.({ phase: 'download', loaded: total, total });
     await Promise.all(writes);
     return loader.finish(model);
   } catch (e) {
+    // Stop the download (and its copy into the cache), and do not keep a file that failed to load.
+    reader?.cancel().catch(() => {});
+    if (store) await Promise.all(writes).then(() => store.delete(String(source))).catch(() => {});
     throw toError(e);
   } finally {
     loader.free();

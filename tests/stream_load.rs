@@ -289,6 +289,107 @@ fn corrupt_k_quant_tensors_name_themselves() {
         assert!(e.contains(name.as_str()) && e.contains(want), "{want}: {e}");
         // Cut in the middle of the tensor.
         let (e, _) = err(&bytes[..(info.start + info.end) / 2], &[1 << 20]);
-        assert!(e.contains("truncated") && e.contains(name.as_str()), "{want}: {e}");
+        assert!(
+            e.contains("truncated") && e.contains(name.as_str()),
+            "{want}: {e}"
+        );
     }
+}
+
+/// Where tensor `name`'s info keeps its data offset (`u64`) in the header of `bytes`.
+fn offset_field(bytes: &[u8], name: &str) -> usize {
+    let mut key = (name.len() as u64).to_le_bytes().to_vec();
+    key.extend_from_slice(name.as_bytes());
+    let at = bytes
+        .windows(key.len())
+        .position(|w| w == key.as_slice())
+        .expect("the tensor's info");
+    let dims_at = at + key.len();
+    let n_dims = u32::from_le_bytes(bytes[dims_at..dims_at + 4].try_into().unwrap()) as usize;
+    dims_at + 4 + 8 * n_dims + 4
+}
+
+#[test]
+fn tensors_stored_out_of_info_order_stream_correctly() {
+    // Swap the data of two same-sized tensors and their offsets: the infos no longer follow file order.
+    let bytes = FILES[0].1;
+    let g = Gguf::parse(bytes).unwrap();
+    // Each name keeps its own bytes (data and offset move together), so only the sizes must agree.
+    let (a, b) = g
+        .tensors
+        .iter()
+        .enumerate()
+        .find_map(|(i, (a, ia))| {
+            g.tensors
+                .get(i + 2..)
+                .unwrap_or_default()
+                .iter()
+                .find(|(_, ib)| ib.end - ib.start == ia.end - ia.start)
+                .map(|(b, _)| (a.clone(), b.clone()))
+        })
+        .expect("two tensors of one size, not neighbours");
+    let (a, b) = (a.as_str(), b.as_str());
+    let (ia, ib) = (g.tensor(a).unwrap().clone(), g.tensor(b).unwrap().clone());
+    assert_eq!(ia.end - ia.start, ib.end - ib.start);
+    let mut swapped = bytes.to_vec();
+    swapped[ia.start..ia.end].copy_from_slice(&bytes[ib.start..ib.end]);
+    swapped[ib.start..ib.end].copy_from_slice(&bytes[ia.start..ia.end]);
+    let (fa, fb) = (offset_field(bytes, a), offset_field(bytes, b));
+    swapped[fa..fa + 8].copy_from_slice(&bytes[fb..fb + 8]);
+    swapped[fb..fb + 8].copy_from_slice(&bytes[fa..fa + 8]);
+    let g2 = Gguf::parse(&swapped).unwrap();
+    assert_eq!(
+        g2.data(g2.tensor(a).unwrap()),
+        g.data(&ia),
+        "the swap keeps each tensor's bytes"
+    );
+    let want = logits(&Model::from_gguf("tiny", bytes, &Device::flex()).unwrap());
+    for sizes in [&[swapped.len()][..], &[999], &[1 << 14]] {
+        let (model, _) = streamed(&swapped, sizes, &Device::flex());
+        assert_eq!(logits(&model.expect("loads")), want, "pieces of {sizes:?}");
+    }
+}
+
+#[test]
+fn empty_pieces_are_nothing_and_a_failed_loader_stays_failed() {
+    let bytes = FILES[0].1;
+    let mut loader = GgufLoader::new(&Device::flex(), |_, _| {});
+    loader.push(&[]).unwrap();
+    loader.push(&bytes[..100]).unwrap();
+    loader.push(&[]).unwrap();
+    loader.push(&bytes[100..]).unwrap();
+    loader.push(&[]).unwrap();
+    let model = loader.finish("tiny").expect("loads");
+    assert_eq!(
+        logits(&model),
+        logits(&Model::from_gguf("tiny", bytes, &Device::flex()).unwrap())
+    );
+    // A NaN scale stops the load; the rest of the file is refused, not placed as the next tensor.
+    let g = Gguf::parse(bytes).unwrap();
+    let (_, info) = g.tensors.iter().find(|(_, t)| t.ty.is_quantized()).unwrap();
+    let mut bad = bytes.to_vec();
+    let off = (0..info.ty.block_bytes() - 1)
+        .find(|&o| {
+            let mut b = bytes[info.start..info.start + info.ty.block_bytes()].to_vec();
+            b[o..o + 2].copy_from_slice(&0x7e00u16.to_le_bytes());
+            info.ty.check(&b).is_err()
+        })
+        .unwrap();
+    bad[info.start + off..info.start + off + 2].copy_from_slice(&0x7e00u16.to_le_bytes());
+    let mut loader = GgufLoader::new(&Device::flex(), |_, _| {});
+    assert!(loader.push(&bad[..info.end]).is_err());
+    let again = loader.push(&bad[info.end..]).unwrap_err().to_string();
+    assert!(again.contains("earlier error"), "{again}");
+    assert!(loader.finish("tiny").is_err());
+}
+
+#[test]
+fn an_absurd_count_in_a_streamed_header_is_refused_at_once() {
+    // The tensor count (bytes 8..16) says 2^40 tensors: no header that large exists, so the stream refuses
+    // it instead of gathering bytes for it.
+    let mut bad = FILES[0].1.to_vec();
+    bad[8..16].copy_from_slice(&(1u64 << 40).to_le_bytes());
+    let mut loader = GgufLoader::new(&Device::flex(), |_, _| {});
+    let e = loader.push(&bad[..4096]).unwrap_err().to_string();
+    assert!(e.contains("tensor count"), "{e}");
 }

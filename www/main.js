@@ -76,7 +76,7 @@ const PHASES = { download: 'Downloading', parse: 'Reading the weights', upload: 
 let downloading = false;
 function showProgress({ phase, loaded, total }) {
   // A GGUF file streams: uploads trail the download. The bar follows the download until it is done.
-  if (phase === 'download') downloading = loaded < total;
+  if (phase === 'download') downloading = total === 0 || loaded < total;
   else if (downloading) return;
   const box = $('load');
   box.dataset.phase = phase;

@@ -46,6 +46,8 @@ pub struct GgufLoader<'f> {
     on_upload: Box<dyn FnMut(u64, u64) + 'f>,
     /// The most bytes the weights may take as held on the device.
     weight_limit: Option<u64>,
+    /// An error stopped the load: every later call is refused.
+    failed: bool,
 }
 
 impl<'f> GgufLoader<'f> {
@@ -56,6 +58,7 @@ impl<'f> GgufLoader<'f> {
             staging: None,
             on_upload: Box::new(on_upload),
             weight_limit: default_limit(device),
+            failed: false,
         }
     }
 
@@ -73,27 +76,41 @@ impl<'f> GgufLoader<'f> {
 
     /// The next bytes of the file.
     pub fn push(&mut self, piece: &[u8]) -> Result<(), EngineError> {
+        if self.failed {
+            return Err(spent());
+        }
         let Self {
             device,
             stream,
             staging,
             on_upload,
             weight_limit,
+            ..
         } = self;
         let limit = *weight_limit;
-        stream.push(piece, &mut |event| {
+        let result = stream.push(piece, &mut |event| {
             handle(event, device, limit, staging, on_upload.as_mut())
-        })
+        });
+        if result.is_err() {
+            // The stream stopped inside a tensor: what follows cannot be placed. Free what was.
+            self.failed = true;
+            self.staging = None;
+        }
+        result
     }
 
     /// The end of the file: the model, once every tensor has arrived.
     pub fn finish(self, id: &str) -> Result<Model, EngineError> {
+        if self.failed {
+            return Err(spent());
+        }
         let Self {
             device,
             stream,
             mut staging,
             mut on_upload,
             weight_limit,
+            ..
         } = self;
         stream.finish(&mut |event| handle(event, &device, weight_limit, &mut staging, on_upload.as_mut()))?;
         let Some(mut s) = staging else {
@@ -103,6 +120,14 @@ impl<'f> GgufLoader<'f> {
         on_upload(s.total, s.total);
         Ok(Model::new(id, decoder, s.tokenizer))
     }
+}
+
+/// The error of a loader that an earlier error stopped.
+fn spent() -> EngineError {
+    LoadError::Gguf(crate::loader::GgufError::Malformed(
+        "the load stopped at an earlier error".into(),
+    ))
+    .into()
 }
 
 fn handle(
@@ -124,6 +149,8 @@ fn handle(
             };
             if name == ROPE_FREQS {
                 gguf_model::rope_factors(&mut s.config, info, bytes)?;
+                s.loaded = (s.loaded + bytes.len() as u64).min(s.total);
+                on_upload(s.loaded, s.total);
                 return Ok(());
             }
             let hf = s
@@ -151,6 +178,15 @@ fn stage(g: &Gguf<'static>, device: &Device, limit: Option<u64>) -> Result<Stagi
     let mut names = BTreeMap::new();
     for (name, info) in &g.tensors {
         if name == ROPE_FREQS {
+            // Read into the config when it arrives; its shape is known now.
+            if info.shape() != [config.head_dim / 2] {
+                return Err(LoadError::Shape {
+                    name: ROPE_FREQS.into(),
+                    expected: vec![config.head_dim / 2],
+                    actual: info.shape(),
+                }
+                .into());
+            }
             continue;
         }
         let hf = gguf_model::hf_name(name).ok_or_else(|| LoadError::Extra(name.clone()))?;

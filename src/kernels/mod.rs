@@ -65,20 +65,26 @@ impl QuantWeight {
     }
 
     /// Places `bytes` (`n` rows of `k` elements of `ty`) on `device`, or `None` when that device has no
-    /// kernel for `ty` (or the shape does not split into whole blocks).
-    pub fn place(ty: GgmlType, bytes: &[u8], n: usize, k: usize, device: &Device) -> Option<Self> {
-        let row = ty.row_bytes(k)?;
-        if row.checked_mul(n) != Some(bytes.len()) {
-            return None;
-        }
-        if !Self::keeps(ty, bytes.len(), device) {
-            return None;
+    /// kernel for `ty` (or the shape does not split into whole blocks). A device that fails to take the
+    /// bytes is an error (never a silent dense fallback).
+    pub fn place(
+        ty: GgmlType,
+        bytes: &[u8],
+        n: usize,
+        k: usize,
+        device: &Device,
+    ) -> Result<Option<Self>, gpu::GpuKernelError> {
+        let Some(row) = ty.row_bytes(k) else {
+            return Ok(None);
+        };
+        if row.checked_mul(n) != Some(bytes.len()) || !Self::keeps(ty, bytes.len(), device) {
+            return Ok(None);
         }
         let store = match device.as_dispatch() {
             DispatchDevice::Flex(_) => Store::Host(Arc::from(bytes)),
-            _ => Store::Gpu(Box::new(gpu::upload(ty, bytes, n, k, device).ok()?)),
+            _ => Store::Gpu(Box::new(gpu::upload(ty, bytes, n, k, device)?)),
         };
-        Some(Self { ty, n, k, store })
+        Ok(Some(Self { ty, n, k, store }))
     }
 
     /// Bytes of the packed blocks.

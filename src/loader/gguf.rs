@@ -36,6 +36,10 @@ pub enum GgufError {
     Metadata { key: String, reason: String },
 }
 
+/// The most bytes a header read from a file's first bytes may take ([`Gguf::parse_header`]; a vocabulary of
+/// 262k tokens takes a few MiB).
+pub const MAX_HEADER_BYTES: usize = 256 << 20;
+
 /// A metadata value.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
@@ -241,7 +245,10 @@ impl<'a> Reader<'a> {
         let n = self.u64(what)?;
         match usize::try_from(n) {
             Ok(n) if n.checked_mul(min_size).is_some_and(|b| b <= self.remaining()) => Ok(n),
-            _ if self.prefix => Err(GgufError::Truncated(what.into())),
+            // Within a header's size, more bytes may hold it; beyond, no GGUF header is that large.
+            Ok(n) if self.prefix && n.checked_mul(min_size).is_some_and(|b| b <= MAX_HEADER_BYTES) => {
+                Err(GgufError::Truncated(what.into()))
+            }
             _ => Err(GgufError::Malformed(format!(
                 "{what} is {n}, more than the {} bytes left can hold",
                 self.remaining()
@@ -443,14 +450,22 @@ impl<'a> Gguf<'a> {
                     "tensor `{name}` starts at offset {offset}, not a multiple of the alignment {alignment}"
                 )));
             }
+            // Beyond the address space is a truncated file when the whole file is here, and a file this
+            // platform cannot hold when only its header is (more bytes would not help).
+            let beyond = || match file_len {
+                Some(_) => GgufError::Truncated(format!("the data of `{name}`")),
+                None => GgufError::Malformed(format!(
+                    "the data of `{name}` ends beyond what this platform can address"
+                )),
+            };
             let start = usize::try_from(offset)
                 .ok()
                 .and_then(|o| o.checked_add(data_start))
-                .ok_or_else(|| GgufError::Truncated(format!("the data of `{name}`")))?;
-            let end = start
-                .checked_add(size)
-                .filter(|&e| file_len.is_none_or(|len| e <= len))
-                .ok_or_else(|| GgufError::Truncated(format!("the data of `{name}`")))?;
+                .ok_or_else(beyond)?;
+            let end = start.checked_add(size).ok_or_else(beyond)?;
+            if file_len.is_some_and(|len| end > len) {
+                return Err(GgufError::Truncated(format!("the data of `{name}`")));
+            }
             if tensors.iter().any(|(n, _): &(String, TensorInfo)| *n == name) {
                 return Err(GgufError::Malformed(format!("tensor `{name}` appears twice")));
             }
@@ -469,9 +484,12 @@ impl<'a> Gguf<'a> {
         self.tensors.iter().find(|(n, _)| n == name).map(|(_, t)| t)
     }
 
-    /// The raw bytes of a tensor (empty for a header parsed alone, [`Gguf::parse_header`]).
+    /// The raw bytes of a tensor. A header parsed alone ([`Gguf::parse_header`]) holds no tensor data:
+    /// its `data` is empty (and asserts in debug builds).
     pub fn data(&self, info: &TensorInfo) -> &'a [u8] {
-        self.bytes.get(info.start..info.end).unwrap_or_default()
+        let data = self.bytes.get(info.start..info.end);
+        debug_assert!(data.is_some(), "tensor data asked of a header parsed alone");
+        data.unwrap_or_default()
     }
 
     /// Tensor `name` dequantised to f32, row-major, with its row-major shape.

@@ -2,12 +2,17 @@
 //! matrix is quantized with kiln's own quantizers (llama.cpp's reference algorithms, [`super::quant`]) as it
 //! is taken, so the decoder keeps it in GGML blocks like a GGUF file's. 1-D tensors (norms, biases) stay
 //! as they are. A row length that is not a whole number of the type's blocks falls back as
-//! `llama-quantize` does (Q4_K → Q5_0, Q6_K → Q8_0, …, else F16: [`super::derive::fallback`]).
+//! `llama-quantize` does (Q4_K → Q5_0, Q6_K → Q8_0, …: [`super::derive::fallback`]); where no block fits,
+//! the matrix keeps the checkpoint's own type. Matrices are quantized 64 rows at a time, so no more than
+//! that is ever widened to f32.
 
 use std::borrow::Cow;
 
 use super::derive::fallback;
 use super::{GgmlType, LoadError, RawTensor, Weights};
+
+/// Rows widened to f32 and quantized together.
+const ROWS_AT_ONCE: usize = 64;
 
 /// The types a checkpoint can be quantized to, as the `quantize` load option names them (lowercase GGML
 /// names: `q8_0`, `q4_k`, …).
@@ -68,19 +73,26 @@ impl Weights for Quantizing<'_> {
         if !target.is_quantized() {
             return Ok(raw);
         }
-        let values = raw.to_f32();
-        if values.iter().any(|v| !v.is_finite()) {
-            return Err(LoadError::Blocks {
+        // A few rows at a time: a tensor is never widened to f32 whole (a 1B model's embedding would
+        // take a GiB).
+        let src_row = raw.ty.row_bytes(cols).unwrap_or(0).max(1);
+        let mut bytes = Vec::with_capacity(raw.shape[0] * target.row_bytes(cols).unwrap_or(0));
+        for rows in raw.bytes.chunks(src_row * ROWS_AT_ONCE) {
+            let values = raw.ty.dequantize(rows);
+            if values.iter().any(|v| !v.is_finite()) {
+                return Err(LoadError::Blocks {
+                    name: name.into(),
+                    ty: raw.ty.name(),
+                    reason: "holds a NaN or infinite value, which cannot be quantized".into(),
+                });
+            }
+            let q = target.quantize(&values).ok_or_else(|| LoadError::Blocks {
                 name: name.into(),
-                ty: raw.ty.name(),
-                reason: "holds a NaN or infinite value, which cannot be quantized".into(),
-            });
+                ty: target.name(),
+                reason: format!("rows of {cols} are not whole blocks"),
+            })?;
+            bytes.extend_from_slice(&q);
         }
-        let bytes = target.quantize(&values).ok_or_else(|| LoadError::Blocks {
-            name: name.into(),
-            ty: target.name(),
-            reason: format!("rows of {cols} are not whole blocks"),
-        })?;
         Ok(RawTensor {
             ty: target,
             shape: raw.shape,

@@ -11,8 +11,7 @@
 use super::LoadError;
 use super::gguf::{Gguf, GgufError, TensorInfo};
 
-/// The most header bytes gathered before giving up (a vocabulary of 262k tokens takes a few MiB).
-pub const MAX_HEADER_BYTES: usize = 256 << 20;
+pub use super::gguf::MAX_HEADER_BYTES;
 
 /// A file error as the caller's error type.
 fn fail<E: From<LoadError>>(e: GgufError) -> E {
@@ -84,30 +83,43 @@ impl GgufStream {
         if self.header.is_some() {
             return self.data(piece, on);
         }
+        if self.buf.is_empty() {
+            // The whole header may be in this first piece (all of a file's bytes at once): parse it in
+            // place, without gathering a copy.
+            if self.begin(piece, on)? {
+                return Ok(());
+            }
+        }
         self.buf.extend_from_slice(piece);
         self.pos += piece.len();
         if self.buf.len() < self.retry_at {
             return Ok(());
         }
-        self.try_header(on)
+        let gathered = std::mem::take(&mut self.buf);
+        if !self.begin(&gathered, on)? {
+            self.buf = gathered;
+        }
+        Ok(())
     }
 
-    /// Parses the gathered header bytes if they hold the whole header, then hands on the data after it.
-    fn try_header<E: From<LoadError>>(
+    /// Parses the header at the start of `bytes` (the file's first bytes) and hands on the data after it:
+    /// `Ok(false)` when `bytes` end inside the header.
+    fn begin<E: From<LoadError>>(
         &mut self,
+        bytes: &[u8],
         on: &mut dyn FnMut(Event<'_>) -> Result<(), E>,
-    ) -> Result<(), E> {
-        let header = match Gguf::parse_header(&self.buf) {
+    ) -> Result<bool, E> {
+        let header = match Gguf::parse_header(bytes) {
             Ok(h) => h,
             Err(GgufError::Truncated(what)) => {
-                if self.buf.len() > MAX_HEADER_BYTES {
+                if bytes.len() > MAX_HEADER_BYTES {
                     return Err(fail(GgufError::Malformed(format!(
                         "the header is larger than {} MiB (still reading {what})",
                         MAX_HEADER_BYTES >> 20
                     ))));
                 }
-                self.retry_at = self.buf.len().saturating_mul(2).max(4096);
-                return Ok(());
+                self.retry_at = bytes.len().saturating_mul(2).clamp(4096, MAX_HEADER_BYTES + 1);
+                return Ok(false);
             }
             Err(e) => return Err(fail(e)),
         };
@@ -126,10 +138,9 @@ impl GgufStream {
         on(Event::Header(&header))?;
         self.header = Some(header);
         // The bytes after the header are the start of the data section.
-        let gathered = std::mem::take(&mut self.buf);
-        let start = self.pos - gathered.len();
-        self.pos = start;
-        self.data(&gathered, on)
+        self.pos = 0;
+        self.data(bytes, on)?;
+        Ok(true)
     }
 
     /// Hands on the tensors that `piece`, the file's bytes from `self.pos` on, completes.
@@ -205,14 +216,17 @@ impl GgufStream {
         on: &mut dyn FnMut(Event<'_>) -> Result<(), E>,
     ) -> Result<Gguf<'static>, E> {
         if self.header.is_none() {
-            self.try_header(on)?;
+            let gathered = std::mem::take(&mut self.buf);
+            if !self.begin(&gathered, on)? {
+                // The file ended inside the header.
+                return Err(match Gguf::parse_header(&gathered) {
+                    Err(e) => fail(e),
+                    Ok(_) => fail(GgufError::Truncated("the header".into())),
+                });
+            }
         }
         let Some(header) = self.header.take() else {
-            // Still no header: the file ended inside it.
-            return Err(match Gguf::parse_header(&self.buf) {
-                Err(e) => fail(e),
-                Ok(_) => fail(GgufError::Truncated("the header".into())),
-            });
+            return Err(fail(GgufError::Truncated("the header".into())));
         };
         if let Some(&i) = self.order.get(self.next) {
             let (name, info) = &header.tensors[i];

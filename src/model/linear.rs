@@ -8,7 +8,7 @@
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use crate::kernels::QuantWeight;
-use crate::loader::RawTensor;
+use crate::loader::{LoadError, RawTensor};
 
 /// A matrix `W: [out, in]`.
 #[derive(Debug, Clone)]
@@ -20,16 +20,23 @@ pub enum Matrix {
 }
 
 impl Matrix {
-    /// Places a checkpoint tensor of shape `[out, in]` on `device`, quantized where a kernel exists.
-    pub fn load(raw: &RawTensor<'_>, device: &Device) -> Self {
+    /// Places checkpoint tensor `name` of shape `[out, in]` on `device`, quantized where a kernel exists;
+    /// a device that fails to take it is an error naming the tensor.
+    pub fn load(name: &str, raw: &RawTensor<'_>, device: &Device) -> Result<Self, LoadError> {
         let [out, inp] = [raw.shape[0], raw.shape[1]];
-        match QuantWeight::place(raw.ty, &raw.bytes, out, inp, device) {
+        let placed =
+            QuantWeight::place(raw.ty, &raw.bytes, out, inp, device).map_err(|e| LoadError::Blocks {
+                name: name.into(),
+                ty: raw.ty.name(),
+                reason: e.to_string(),
+            })?;
+        Ok(match placed {
             Some(q) => Self::Quant(q),
             None => Self::Dense(Box::new(Tensor::from_data(
                 TensorData::new(raw.to_f32(), [out, inp]),
                 device,
             ))),
-        }
+        })
     }
 
     /// `[out, in]`.

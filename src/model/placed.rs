@@ -30,7 +30,7 @@ impl Placed {
                 TensorData::new(raw.to_f32(), [n]),
                 device,
             )))),
-            &[_, _] => Ok(Self::Matrix(Matrix::load(raw, device))),
+            &[_, _] => Ok(Self::Matrix(Matrix::load(name, raw, device)?)),
             other => Err(LoadError::Shape {
                 name: name.into(),
                 expected: vec![],
@@ -90,7 +90,7 @@ impl Tensors for Placing<'_> {
 
     fn matrix(&mut self, name: &str, shape: [usize; 2]) -> Result<Matrix, LoadError> {
         let raw = self.weights.take(name, &shape)?;
-        Ok(Matrix::load(&raw, &self.device))
+        Matrix::load(name, &raw, &self.device)
     }
 
     fn leftover(&self) -> Option<String> {

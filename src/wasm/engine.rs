@@ -53,7 +53,7 @@ fn load_error(e: &EngineError) -> JsValue {
     api_error(&ApiError::cannot_serve(None, "model_load_failed", e.to_string()))
 }
 
-/// An invalid `source` (status 400, param `source`).
+/// An invalid `source` (status 422, param `source`, like every invalid load option).
 fn source_error(message: String) -> JsValue {
     api_error(&ApiError::invalid("source", message))
 }

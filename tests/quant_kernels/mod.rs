@@ -57,7 +57,9 @@ pub async fn check(ty: GgmlType, device: &Device) -> f32 {
     let (n, k) = (7, 2 * ty.block_elems().max(128));
     let values: Vec<f32> = (0..n * k).map(|i| noise(i, 1) * (1.0 + (i % 5) as f32)).collect();
     let w = ty.quantize(&values).unwrap_or_else(|| panic!("{ty:?} quantizes"));
-    let q = QuantWeight::place(ty, &w, n, k, device).unwrap_or_else(|| panic!("{ty:?}: no kernel here"));
+    let q = QuantWeight::place(ty, &w, n, k, device)
+        .unwrap_or_else(|e| panic!("{ty:?}: {e}"))
+        .unwrap_or_else(|| panic!("{ty:?}: no kernel here"));
     assert!(
         q.bytes() >= w.len() && q.bytes() <= w.len().div_ceil(4) * 4,
         "{ty:?}: the blocks, unwidened (at most padded to whole words): {} for {}",
