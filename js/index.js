@@ -2,7 +2,7 @@
 // `engine.completions.create(request)` with the request objects of OpenAI's `POST /v1/chat/completions` and
 // `POST /v1/completions`. `stream: true` resolves to an async iterator of chunks; otherwise to the full
 // response. This file is plumbing only: the wasm module (`./kiln.js`) validates, generates and shapes.
-import init, { KilnLoader, KilnModel, deviceReport } from './kiln.js';
+import init, { KilnLoader, KilnModel, checkQuantize, deviceReport } from './kiln.js';
 
 export { deviceReport };
 
@@ -240,6 +240,14 @@ export class Engine {
     }
     await initOnce(wasm);
     let inner;
+    if (quantize !== undefined && quantize !== null) {
+      // Refused before anything is downloaded.
+      try {
+        checkQuantize(String(quantize));
+      } catch (e) {
+        throw toError(e);
+      }
+    }
     if (quantize !== undefined && quantize !== null && (isUrl(source) || isBytes(source))) {
       throw new KilnError({ status: 422, error: { message: '`quantize` applies to Hugging Face (safetensors) sources; a GGUF file keeps the types it was quantized to', type: 'invalid_request_error', param: 'quantize', code: 'invalid_value' } });
     }

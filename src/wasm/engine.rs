@@ -100,6 +100,15 @@ pub struct KilnModel {
     device: DeviceInfo,
 }
 
+/// Checks a `quantize` load option before anything is downloaded: throws the same 422 (param `quantize`)
+/// that `KilnModel.fromHf` would, naming the choices.
+#[wasm_bindgen(js_name = checkQuantize)]
+pub fn check_quantize(name: String) -> Result<(), JsValue> {
+    crate::loader::quantize_type(&name)
+        .map(|_| ())
+        .map_err(|e| api_error(&ApiError::invalid("quantize", e)))
+}
+
 /// A GGUF model loading piece by piece: `KilnLoader.gguf(device, onUpload)`, then `push(bytes)` for each
 /// piece of the file in order (a fetch stream's chunks, slices of an `ArrayBuffer`), then `finish(id)`.
 /// Each tensor goes to the device as soon as its bytes are in, so the file is never whole in wasm memory.

@@ -8,7 +8,7 @@
 
 pub mod engine;
 
-pub use engine::{KilnLoader, KilnModel, KilnStream};
+pub use engine::{KilnLoader, KilnModel, KilnStream, check_quantize};
 
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
