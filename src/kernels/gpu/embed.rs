@@ -95,38 +95,30 @@ pub fn embedding(w: &GpuWeight, ids: Tensor<1, burn::tensor::Int>) -> Tensor<2> 
         let weights = unsafe { BufferArg::from_raw_parts(part.handle.clone(), part.words) };
         let ids_arg = ids.clone().into_buffer_arg();
         let out_arg = out.clone().into_buffer_arg();
+        // The ids' element type is the kernel's only type parameter: the launch is otherwise the same.
+        macro_rules! launch {
+            ($id:ty) => {
+                embed_kernel::launch_unchecked::<$id>(
+                    &w.client,
+                    count.clone(),
+                    cube_dim,
+                    ids_arg,
+                    weights,
+                    out_arg,
+                    total,
+                    part.rows,
+                    part.row0,
+                    w.n,
+                    w.k,
+                    w.row_bytes,
+                    w.fmt,
+                )
+            };
+        }
         unsafe {
             match dtype {
-                DType::U32 => embed_kernel::launch_unchecked::<u32>(
-                    &w.client,
-                    count.clone(),
-                    cube_dim,
-                    ids_arg,
-                    weights,
-                    out_arg,
-                    total,
-                    part.rows,
-                    part.row0,
-                    w.n,
-                    w.k,
-                    w.row_bytes,
-                    w.fmt,
-                ),
-                _ => embed_kernel::launch_unchecked::<i32>(
-                    &w.client,
-                    count.clone(),
-                    cube_dim,
-                    ids_arg,
-                    weights,
-                    out_arg,
-                    total,
-                    part.rows,
-                    part.row0,
-                    w.n,
-                    w.k,
-                    w.row_bytes,
-                    w.fmt,
-                ),
+                DType::U32 => launch!(u32),
+                _ => launch!(i32),
             }
         }
     }
