@@ -69,11 +69,6 @@ impl<'f> GgufLoader<'f> {
         self
     }
 
-    /// Bytes of the file pushed so far.
-    pub fn position(&self) -> usize {
-        self.stream.position()
-    }
-
     /// The next bytes of the file.
     pub fn push(&mut self, piece: &[u8]) -> Result<(), EngineError> {
         if self.failed {

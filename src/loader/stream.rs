@@ -63,16 +63,6 @@ impl GgufStream {
         }
     }
 
-    /// Bytes of the file pushed so far.
-    pub fn position(&self) -> usize {
-        self.pos
-    }
-
-    /// The header, once it has parsed.
-    pub fn header(&self) -> Option<&Gguf<'static>> {
-        self.header.as_ref()
-    }
-
     /// Feeds the next bytes of the file; `on` sees the header once it parses and each tensor once it is
     /// complete. An error from `on` stops the stream and is returned.
     pub fn push<E: From<LoadError>>(

@@ -26,10 +26,7 @@ impl Placed {
     /// Places a 1-D or 2-D checkpoint tensor on `device`. Other ranks are a shape error naming the tensor.
     pub fn new(name: &str, raw: &RawTensor<'_>, device: &Device) -> Result<Self, LoadError> {
         match raw.shape.as_slice() {
-            &[n] => Ok(Self::Vector(Box::new(Tensor::from_data(
-                TensorData::new(raw.to_f32(), [n]),
-                device,
-            )))),
+            &[_] => Ok(Self::Vector(Box::new(vector(raw, device)))),
             &[_, _] => Ok(Self::Matrix(Matrix::load(name, raw, device)?)),
             other => Err(LoadError::Shape {
                 name: name.into(),
@@ -45,6 +42,12 @@ impl Placed {
             Self::Matrix(m) => m.dims().to_vec(),
         }
     }
+}
+
+/// A 1-D checkpoint tensor (a norm, a bias) as an f32 vector on `device`.
+fn vector(raw: &RawTensor<'_>, device: &Device) -> Tensor<1> {
+    let n: usize = raw.shape.iter().product();
+    Tensor::from_data(TensorData::new(raw.to_f32(), [n]), device)
 }
 
 /// The decoder's view of a checkpoint while it assembles itself: tensors by Hugging Face name, on the
@@ -81,11 +84,7 @@ impl Tensors for Placing<'_> {
     }
 
     fn vector(&mut self, name: &str, n: usize) -> Result<Tensor<1>, LoadError> {
-        let raw = self.weights.take(name, &[n])?;
-        Ok(Tensor::from_data(
-            TensorData::new(raw.to_f32(), [n]),
-            &self.device,
-        ))
+        Ok(vector(&self.weights.take(name, &[n])?, &self.device))
     }
 
     fn matrix(&mut self, name: &str, shape: [usize; 2]) -> Result<Matrix, LoadError> {

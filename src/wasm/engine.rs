@@ -150,12 +150,6 @@ impl KilnLoader {
         })
     }
 
-    /// Bytes of the file pushed so far.
-    #[wasm_bindgen(getter)]
-    pub fn position(&self) -> f64 {
-        self.inner.as_ref().map_or(0.0, |l| l.position() as f64)
-    }
-
     /// The end of the file: the loaded model, named `id` in requests.
     pub fn finish(&mut self, id: String) -> Result<KilnModel, JsValue> {
         let loader = self.inner.take().ok_or_else(Self::spent)?;
