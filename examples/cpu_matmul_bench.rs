@@ -1,24 +1,52 @@
 //! Timings of the quantized CPU matmul (`kiln::kernels::cpu::matmul`) on SmolLM2-135M's shapes against
 //! burn-flex's f32 matmul over the dequantised weights (`Tensor::matmul` on `Device::flex()`, the f32
-//! path the quantized kernels replace).
+//! path the quantized kernels replace), natively and in WebAssembly.
 //!
-//! `cargo run --release --example cpu_matmul_bench [-- m1,m2,… [TYPE,TYPE,…]]` (defaults: m = 1, 64, 256;
-//! Q4_1, Q8_0, Q4_K, Q6_K). Shapes `(k, n)`: (576, 576), (576, 192), (576, 1536), (1536, 576) and the
-//! lm_head (576, 49152); the K-quants need `k % 256 == 0`, so they get (1536, 576) only, plus (512, 576)
-//! and (512, 1536) as stand-ins for the k = 576 shapes. Each figure is the median of 7 runs of at least
-//! 40 ms (the machine may be shared); the table shows µs per product and GFLOP/s (2·m·n·k).
+//! - Natively: `cargo run --release --example cpu_matmul_bench [-- m1,m2,… [TYPE,TYPE,…]]`.
+//! - wasm32 (simd128, as the browser package): `node bench/wasm_matmul.mjs [m1,m2,… [TYPE,…]]` builds this
+//!   example for `wasm32-unknown-unknown` (release profile, the package's), binds it with `wasm-bindgen
+//!   --target nodejs` and calls [`run`] under V8, the engine of Chromium.
+//!
+//! Defaults: m = 1, 64, 256; Q4_1, Q8_0, Q4_K, Q6_K. Shapes `(k, n)`: (576, 576), (576, 192), (576, 1536),
+//! (1536, 576) and the lm_head (576, 49152); the K-quants need `k % 256 == 0`, so they get (1536, 576)
+//! only, plus (512, 576) and (512, 1536) as stand-ins for the k = 576 shapes. Each figure is the median of
+//! 7 runs of at least 40 ms (the machine may be shared); the table shows µs per product and GFLOP/s
+//! (2·m·n·k).
 //!
 //! Timings only: nothing here asserts on them.
 
+use burn::tensor::{Device, Tensor, TensorData};
+use kiln::kernels::cpu;
+use kiln::loader::GgmlType;
+
 #[cfg(not(target_arch = "wasm32"))]
 fn main() {
-    use std::time::Instant;
-
-    use burn::tensor::{Device, Tensor, TensorData};
-    use kiln::kernels::cpu;
-    use kiln::loader::GgmlType;
-
     let args: Vec<String> = std::env::args().skip(1).collect();
+    let t0 = std::time::Instant::now();
+    table(&args, &|| t0.elapsed().as_secs_f64(), &mut |line| {
+        println!("{line}")
+    });
+}
+
+/// The table for `args` (space-separated as on the command line), one line per row.
+#[cfg(target_arch = "wasm32")]
+#[wasm_bindgen::prelude::wasm_bindgen]
+pub fn run(args: &str) -> String {
+    let args: Vec<String> = args.split_whitespace().map(String::from).collect();
+    let t0 = instant::Instant::now();
+    let mut out = String::new();
+    table(&args, &|| t0.elapsed().as_secs_f64(), &mut |line| {
+        out.push_str(line);
+        out.push('\n');
+    });
+    out
+}
+
+#[cfg(target_arch = "wasm32")]
+fn main() {}
+
+/// Times every shape × m × type of `args`; `now` is seconds since some origin.
+fn table(args: &[String], now: &dyn Fn() -> f64, out: &mut dyn FnMut(&str)) {
     let ms: Vec<usize> = args
         .first()
         .map(|s| s.split(',').filter_map(|v| v.parse().ok()).collect())
@@ -71,21 +99,21 @@ fn main() {
     let time = |f: &mut dyn FnMut() -> f32| {
         let mut runs = Vec::new();
         for _ in 0..7 {
-            let (mut iters, t0) = (0u32, Instant::now());
-            while iters < 2 || t0.elapsed().as_secs_f64() < 0.04 {
+            let (mut iters, t0) = (0u32, now());
+            while iters < 2 || now() - t0 < 0.04 {
                 std::hint::black_box(f());
                 iters += 1;
             }
-            runs.push(t0.elapsed().as_secs_f64() / f64::from(iters));
+            runs.push((now() - t0) / f64::from(iters));
         }
         runs.sort_by(f64::total_cmp);
         runs[3]
     };
     let device = Device::flex();
-    println!(
+    out(&format!(
         "{:>6} {:>6} {:>4} {:>7} {:>10} {:>8}",
         "k", "n", "m", "type", "µs", "GFLOP/s"
-    );
+    ));
     for &(k, n) in &shapes {
         for &m in &ms {
             let flop = 2.0 * (m * n * k) as f64;
@@ -99,12 +127,12 @@ fn main() {
                 let y = xt.clone().matmul(wtt.clone()).into_data();
                 y.as_slice::<f32>().map(|s| s[0]).unwrap_or(0.0)
             });
-            println!(
+            out(&format!(
                 "{k:>6} {n:>6} {m:>4} {:>7} {:>10.1} {:>8.2}",
                 "flex",
                 t * 1e6,
                 flop / t / 1e9
-            );
+            ));
             for &ty in &types {
                 if !k.is_multiple_of(ty.block_elems()) {
                     continue;
@@ -112,15 +140,12 @@ fn main() {
                 let Some(w) = ty.quantize(&wf) else { continue };
                 let t = time(&mut || cpu::matmul(ty, &w, n, k, &x, m)[0]);
                 let name = format!("{ty:?}");
-                println!(
+                out(&format!(
                     "{k:>6} {n:>6} {m:>4} {name:>7} {:>10.1} {:>8.2}",
                     t * 1e6,
                     flop / t / 1e9
-                );
+                ));
             }
         }
     }
 }
-
-#[cfg(target_arch = "wasm32")]
-fn main() {}

@@ -7,7 +7,8 @@
 //! multiple of the 4-row blocking, k of 1, 2 and 3 blocks).
 //!
 //! Tolerances, per output `y = Σ_k w_k·x_k`:
-//! - Against the exact product: the kernels quantize each activation block to 16 bits rounding to
+//! - Against the exact product: below `panel::ROWS_FROM` rows the kernels quantize each activation block
+//!   to 16 bits (from there on they take x as it is, and the activation term is 0) rounding to
 //!   nearest, so `|x_k − x̂_k| ≤ amax(block of k) / 65534` (+ `2ε·|x_k|` from the f32 scaling, inside the
 //!   rounding term below), hence `|y − ŷ| ≤ Σ_k |w_k|·amax_k/65534`; plus f32 rounding, bounded by
 //!   `(nb + 8)·ε·Σ_k (|w_k|·|x_k| + |ŵ_k|·|x_k|)` with `nb` the blocks per row (block terms rounded a few
@@ -114,7 +115,10 @@ fn check_x(ty: GgmlType, m: usize, n: usize, blocks: usize, w: &[u8], x: &[f32])
     let wd = ty.dequantize(w);
     assert!(wd.iter().all(|v| v.is_finite()));
     let float = be == 1;
-    let xq = if float {
+    // From `ROWS_FROM` rows on (prefill) the quantized formats multiply x itself (dequantised panels and
+    // gemm); below it, its 16-bit blocks.
+    let exact_x = float || m >= cpu::panel::ROWS_FROM;
+    let xq = if exact_x {
         x.to_vec()
     } else if is_k(ty) {
         act::Q16KRows::quantize(x, m, k).dequantize()
@@ -134,7 +138,7 @@ fn check_x(ty: GgmlType, m: usize, n: usize, blocks: usize, w: &[u8], x: &[f32])
                 exact += wv * xv;
                 quant += wv * f64::from(xqr[i]);
                 mag += wv.abs() * xv.abs();
-                if !float {
+                if !exact_x {
                     let blk = &xr[i / qb * qb..(i / qb + 1) * qb];
                     let amax = blk.iter().fold(0f32, |a, v| a.max(v.abs()));
                     act_err += wv.abs() * f64::from(amax) / 65534.0;

@@ -389,16 +389,15 @@ pub fn matmul<const BB: usize>(
     if nb == 0 {
         return;
     }
-    let xq = Q16KRows::quantize(x, m, k);
     if m >= panel::ROWS_FROM {
-        let xh = xq.dequantize();
         let mut dq = Dequantize::<BB, _> {
             decode: &decode,
             block: Block::default(),
         };
-        panel::matmul(w, nb * BB, n, k, &xh, m, y, &mut dq);
+        panel::matmul(w, nb * BB, n, k, x, m, y, &mut dq);
         return;
     }
+    let xq = Q16KRows::quantize(x, m, k);
     if let Some(fused) = fused.filter(|_| m < FUSED_BELOW) {
         let (blocks, _) = w.as_chunks::<BB>();
         for (col, wrow) in blocks.chunks_exact(nb).take(n).enumerate() {

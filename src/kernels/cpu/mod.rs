@@ -28,15 +28,16 @@
 //! - Prefill (4 rows or more, [`panel`]): the integer products would pay an f32 conversion and scaling per
 //!   block of every output and, natively, run at half the width of FMA; instead a panel of weight rows is
 //!   dequantised to f32 at a time and multiplied by `gemm` (burn-flex's own f32 matmul, packed and
-//!   register-blocked) with the activations' 16-bit values `d·q`: the dense f32 path's speed plus one
-//!   decode per weight element per call, without holding more than a panel of f32 weights.
+//!   register-blocked) with the f32 activations: the dense f32 path's speed plus one decode per weight
+//!   element per call, without holding more than a panel of f32 weights.
 //! - F32/F16/BF16 weights are widened a row at a time and take f32 dot products, four activation rows per
 //!   pass over a weight row ([`float`]), at any `m`.
 //! - On x86_64 the same code is also compiled for AVX2 + FMA and chosen at run time (native builds target
 //!   SSE2); on wasm32 `simd128` intrinsics replace the loops LLVM does not vectorize well there. Single
 //!   threaded throughout, no allocation per block.
 //!
-//! Accuracy: the 16-bit activations are the only approximation beyond f32 rounding; an output deviates from
+//! Accuracy: the 16-bit activations (decode only) are the only approximation beyond f32 rounding; an
+//! output deviates from
 //! the exact `dequantize(W) · x` by at most `Σ_k |w_k| · amax(x-block of k) / 65534` (half a quantization
 //! step per element) plus f32 rounding, see `tests/kernels_cpu.rs`.
 
