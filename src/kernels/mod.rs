@@ -131,6 +131,40 @@ impl QuantWeight {
     }
 }
 
+/// `silu(gate) · up`, element-wise (the gated MLP's activation), on the tensors' device: one pass with a
+/// vectorized `exp` on the CPU backend ([`cpu::activation`]), burn's ops elsewhere.
+pub fn silu_mul<const D: usize>(gate: Tensor<D>, up: Tensor<D>) -> Tensor<D> {
+    match gate.device().as_dispatch() {
+        DispatchDevice::Flex(_) => {
+            let shape = gate.shape();
+            let out = with_flex_values(gate, |g| {
+                with_flex_values(up, |u| {
+                    let mut out = vec![0.0; g.len()];
+                    cpu::activation::silu_mul(g, u, &mut out);
+                    out
+                })
+            });
+            Tensor::from_primitive::<Flex>(FlexTensor::from_data(TensorData::new(out, shape)))
+        }
+        _ => burn::tensor::activation::silu(gate) * up,
+    }
+}
+
+/// Softmax over the last dimension, on the tensor's device: one pass per row with a vectorized `exp` on
+/// the CPU backend ([`cpu::activation`]), burn's `softmax` elsewhere.
+pub fn softmax_last<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    match x.device().as_dispatch() {
+        DispatchDevice::Flex(_) => {
+            let shape = x.shape();
+            let cols = x.dims()[D - 1];
+            let mut values = with_flex_values(x, <[f32]>::to_vec);
+            cpu::activation::softmax_rows(&mut values, cols);
+            Tensor::from_primitive::<Flex>(FlexTensor::from_data(TensorData::new(values, shape)))
+        }
+        _ => burn::tensor::activation::softmax(x, D - 1),
+    }
+}
+
 /// The largest storage buffer binding `device` allows, in bytes (WebGPU's `maxStorageBufferBindingSize`,
 /// capped by `maxBufferSize`), as the loader may report it; `None` on a device that is not wgpu (the CPU
 /// backend has no such limit). A GPU weight larger than this is held in several buffers ([`gpu`]).

@@ -5,7 +5,6 @@
 //! Shapes: `b` batch, `s` new positions, `t` cached + new positions, `h` hidden size, `H` / `K` query /
 //! key-value heads, `d` head dim, `V` vocabulary.
 
-use burn::tensor::activation::{silu, softmax};
 use burn::tensor::{Device, Tensor, TensorData};
 
 use super::config::ModelConfig;
@@ -13,6 +12,7 @@ use super::kv_cache::KvCache;
 use super::linear::{Linear, Matrix};
 use super::norm::rms_norm;
 use super::placed::{Placing, Tensors};
+use crate::kernels;
 use crate::loader::{LoadError, Weights, layer_shapes};
 
 #[derive(Debug, Clone)]
@@ -269,14 +269,15 @@ impl Decoder {
                 Some(m) => scores + m.clone(),
                 None => scores,
             };
-            let attn = softmax(scores, 3).matmul(expand(&values)); // [b, H, s, d]
+            let attn = kernels::softmax_last(scores).matmul(expand(&values)); // [b, H, s, d]
             let attn = attn.swap_dims(1, 2).reshape([b, s, c.num_heads * d]);
             x = residual + layer.o.forward(attn);
             let residual = x.clone();
             let hn = rms_norm(x, layer.post_attention_norm.clone(), c.rms_norm_eps);
-            let mlp = layer
-                .down
-                .forward(silu(layer.gate.forward(hn.clone())) * layer.up.forward(hn));
+            let mlp = layer.down.forward(kernels::silu_mul(
+                layer.gate.forward(hn.clone()),
+                layer.up.forward(hn),
+            ));
             x = residual + mlp;
         }
         cache.advance(s);

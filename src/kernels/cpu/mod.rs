@@ -42,6 +42,7 @@
 //! step per element) plus f32 rounding, see `tests/kernels_cpu.rs`.
 
 pub mod act;
+pub mod activation;
 pub mod dot;
 pub mod float;
 pub mod kquants;
