@@ -37,8 +37,11 @@ function initOnce(wasm) {
   return ready;
 }
 
+// As the wasm side answers: an invalid `source` (like every invalid load option) is a 422; a download
+// that fails is a 400 `model_fetch_failed`, as a load that fails is a 400 `model_load_failed`.
 const sourceError = (message, code = 'invalid_value') => new KilnError({
-  status: 400, error: { message, type: 'invalid_request_error', param: 'source', code },
+  status: code === 'invalid_value' ? 422 : 400,
+  error: { message, type: 'invalid_request_error', param: 'source', code },
 });
 
 const isBytes = (x) => x instanceof Uint8Array || x instanceof ArrayBuffer;
@@ -236,7 +239,7 @@ export class Engine {
    */
   static async load({ model, source, onProgress, cache = false, device = 'auto', quantize, wasm } = {}) {
     if (typeof model !== 'string' || model === '') {
-      throw new KilnError({ status: 400, error: { message: '`model` (the id requests name) must be a non-empty string', type: 'invalid_request_error', param: 'model', code: 'invalid_value' } });
+      throw new KilnError({ status: 422, error: { message: '`model` (the id requests name) must be a non-empty string', type: 'invalid_request_error', param: 'model', code: 'invalid_value' } });
     }
     await initOnce(wasm);
     let inner;

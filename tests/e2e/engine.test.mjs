@@ -126,8 +126,18 @@ async function cases(mode) {
         quantizeErrors.push({ status: e.status, param: e.param, message: e.message });
       }
     }
+    // An invalid source is a 422 naming `source`, whether the JS wrapper or the wasm side sees it first.
+    const sourceErrors = [];
+    for (const source of [42, { config: '/x.json', tokenizer: '/t.json' }, { config: '/x.json', tokenizer: '/t.json', weights: [7] }]) {
+      try {
+        await load({ model: 'x', source });
+        sourceErrors.push(null);
+      } catch (e) {
+        sourceErrors.push({ status: e.status, param: e.param, code: e.code });
+      }
+    }
     return {
-      denseBytes, q8Bytes, q8Completion, quantizeErrors,
+      denseBytes, q8Bytes, q8Completion, quantizeErrors, sourceErrors,
       progress, device, full, streamed, chunks, completion, completionStreamed, error, aborted, seen,
       runningDone, queuedAbort, after, a, b, onCpu, cpuDevice, hfProgress, hfCompletion, golden, json, cached, fromCache,
     };
@@ -225,6 +235,7 @@ for (const mode of (process.env.KILN_E2E_MODES ?? 'main,worker').split(',')) {
       assert.equal(r.q8Completion.usage.completion_tokens, 4);
       for (const e of r.quantizeErrors) assert.ok(e && e.status === 422 && e.param === 'quantize', JSON.stringify(r.quantizeErrors));
       assert.match(r.quantizeErrors[1].message, /q4_k/);
+      for (const e of r.sourceErrors) assert.deepEqual(e, { status: 422, param: 'source', code: 'invalid_value' }, JSON.stringify(r.sourceErrors));
     } finally {
       await browser.close();
     }
