@@ -176,7 +176,7 @@ impl Generation {
             if choice.done {
                 continue;
             }
-            let k = self.params.logprobs.unwrap_or(0);
+            let k = self.params.logprobs;
             let picked = match &mut choice.constraint {
                 None => choice.sampler.sample(logits, k),
                 Some(c) => choice
@@ -195,7 +195,7 @@ impl Generation {
             if self.params.logprobs.is_some() {
                 delta.tokens.push(TokenOut {
                     id: picked.id,
-                    logprob: Some(picked.logprob),
+                    logprob: picked.logprob,
                     top: picked.top,
                     text_offset: choice.chars,
                 });

@@ -27,13 +27,17 @@ pub struct Sampler {
     params: Sampling,
     rng: Rng,
     counts: HashMap<u32, u32>,
+    /// The candidates of a sampled step, `(id, weight)`: kept between steps so that a 262k vocabulary
+    /// does not cost a 4 MiB allocation per token.
+    scratch: Vec<(u32, f64)>,
 }
 
 /// A chosen token with its log probability and the most likely alternatives.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Choice {
     pub id: u32,
-    pub logprob: f32,
+    /// Present when logprobs were asked for (computing them takes a pass over the whole vocabulary).
+    pub logprob: Option<f32>,
     /// The `k` most likely tokens and their log probabilities, most likely first.
     pub top: Vec<(u32, f32)>,
 }
@@ -78,6 +82,7 @@ impl Sampler {
             params,
             rng: Rng::new(seed, stream),
             counts: HashMap::new(),
+            scratch: Vec::new(),
         }
     }
 
@@ -98,83 +103,116 @@ impl Sampler {
         }
     }
 
-    /// Chooses the next token from raw logits (modified in place) and records it for the penalties;
-    /// `top_logprobs` alternatives are reported.
-    pub fn sample(&mut self, logits: &mut [f32], top_logprobs: usize) -> Choice {
+    /// Chooses the next token from raw logits (modified in place) and records it for the penalties; with
+    /// `logprobs: Some(k)` its log probability and `k` alternatives are reported.
+    pub fn sample(&mut self, logits: &mut [f32], logprobs: Option<usize>) -> Choice {
         self.adjust(logits);
-        self.pick(logits, top_logprobs)
+        self.pick(logits, logprobs)
     }
 
     /// [`Sampler::sample`] under `constraint`'s mask; the chosen token is committed to it.
     pub fn sample_constrained(
         &mut self,
         logits: &mut [f32],
-        top_logprobs: usize,
+        logprobs: Option<usize>,
         constraint: &mut constrain::Constraint,
     ) -> Result<Choice, constrain::ConstraintError> {
         self.adjust(logits);
         constraint.mask(logits)?;
-        let choice = self.pick(logits, top_logprobs);
+        let choice = self.pick(logits, logprobs);
         constraint.commit(choice.id)?;
         Ok(choice)
     }
 
-    /// Steps 4 and 5 over adjusted (and masked) logits.
-    fn pick(&mut self, logits: &[f32], top_logprobs: usize) -> Choice {
-        let logprobs = log_softmax(logits);
+    /// Steps 4 (only when `logprobs` asks) and 5 over adjusted (and masked) logits.
+    fn pick(&mut self, logits: &[f32], logprobs: Option<usize>) -> Choice {
         let id = if self.params.temperature == 0.0 {
             argmax(logits)
         } else {
             self.draw(logits)
         };
         *self.counts.entry(id).or_insert(0) += 1;
+        let Some(k) = logprobs else {
+            return Choice {
+                id,
+                logprob: None,
+                top: Vec::new(),
+            };
+        };
+        let lp = log_softmax(logits);
+        let mut top = if k > 0 { top_k(&lp, k) } else { Vec::new() };
+        top.retain(|&(_, lp)| lp.is_finite());
         Choice {
             id,
-            logprob: logprobs[id as usize],
-            top: if top_logprobs > 0 {
-                let mut top = top_k(&logprobs, top_logprobs);
-                top.retain(|&(_, lp)| lp.is_finite());
-                top
-            } else {
-                Vec::new()
-            },
+            logprob: Some(lp[id as usize]),
+            top,
         }
     }
 
-    /// Step 4 for `temperature > 0`.
+    /// Step 5 for `temperature > 0`.
     fn draw(&mut self, logits: &[f32]) -> u32 {
         let t = self.params.temperature;
         let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut probs: Vec<(u32, f64)> = logits
-            .iter()
-            .enumerate()
-            .map(|(i, &l)| (i as u32, f64::from((l - max) / t).exp()))
-            .filter(|&(_, p)| p > 0.0)
-            .collect();
+        let mut probs = std::mem::take(&mut self.scratch);
+        probs.clear();
+        probs.extend(
+            logits
+                .iter()
+                .enumerate()
+                .map(|(i, &l)| (i as u32, f64::from((l - max) / t).exp()))
+                .filter(|&(_, p)| p > 0.0),
+        );
         let total: f64 = probs.iter().map(|&(_, p)| p).sum();
         let top_p = f64::from(self.params.top_p);
         if top_p < 1.0 {
-            probs.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-            let mut cumulative = 0.0;
-            let keep = probs
-                .iter()
-                .position(|&(_, p)| {
-                    cumulative += p / total;
-                    cumulative >= top_p
-                })
-                .map_or(probs.len(), |i| i + 1);
+            let keep = nucleus(&mut probs, total, top_p);
             probs.truncate(keep);
         }
         let kept: f64 = probs.iter().map(|&(_, p)| p).sum();
         let mut target = self.rng.next_f64() * kept;
-        for &(id, p) in &probs {
+        let mut id = probs.last().map_or(0, |&(id, _)| id);
+        for &(i, p) in &probs {
             if target < p {
-                return id;
+                id = i;
+                break;
             }
             target -= p;
         }
-        probs.last().map_or(0, |&(id, _)| id)
+        self.scratch = probs;
+        id
     }
+}
+
+/// Sorts the head of `probs` (most likely first, the lower id on ties) far enough to hold the smallest
+/// set whose share of `total` reaches `top_p`, and returns its length: the same set and order as sorting
+/// every candidate, without sorting them all. The head grows ×4 from 64 candidates (a partial selection
+/// each time) until its mass reaches `top_p`; only it is sorted. Should rounding leave the cumulative
+/// share of the sorted head just short of `top_p`, everything is sorted, as without the shortcut.
+fn nucleus(probs: &mut [(u32, f64)], total: f64, top_p: f64) -> usize {
+    let order = |a: &(u32, f64), b: &(u32, f64)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    let cut = |probs: &[(u32, f64)]| {
+        let mut cumulative = 0.0;
+        probs.iter().position(|&(_, p)| {
+            cumulative += p / total;
+            cumulative >= top_p
+        })
+    };
+    let len = probs.len();
+    let mut k = len.min(64);
+    while k < len {
+        probs.select_nth_unstable_by(k - 1, order);
+        let head: f64 = probs[..k].iter().map(|&(_, p)| p).sum();
+        if head / total >= top_p {
+            break;
+        }
+        k = (k * 4).min(len);
+    }
+    probs[..k].sort_by(order);
+    if let Some(i) = cut(&probs[..k]) {
+        return i + 1;
+    }
+    probs.sort_by(order);
+    cut(probs).map_or(len, |i| i + 1)
 }
 
 #[cfg(test)]
@@ -223,9 +261,9 @@ mod tests {
             0,
             0,
         );
-        let c = s.sample(&mut [0.0, 5.0, 9.0], 2);
+        let c = s.sample(&mut [0.0, 5.0, 9.0], Some(2));
         assert_eq!(c.id, 0, "+100 forces token 0 over larger logits");
-        assert!(c.logprob > -1e-3);
+        assert!(c.logprob.is_some_and(|lp| lp > -1e-3));
         assert_eq!(c.top[0].0, 0);
         assert_eq!(c.top.len(), 2);
         assert!(c.top[0].1 >= c.top[1].1);
@@ -246,7 +284,7 @@ mod tests {
                 0,
             );
             (0..64)
-                .map(|_| s.sample(&mut logits.clone(), 0).id)
+                .map(|_| s.sample(&mut logits.clone(), None).id)
                 .collect::<Vec<_>>()
         };
         assert_eq!(run(3, 1.0), run(3, 1.0));
@@ -254,6 +292,58 @@ mod tests {
         // The 7 tokens with the largest logit (1.8) hold 29% of the mass: top_p 0.25 keeps only (6 of) them.
         assert!(run(5, 0.25).iter().all(|&id| id % 7 == 6));
         assert!(run(5, 1.0).iter().any(|&id| id % 7 != 6));
+    }
+
+    #[test]
+    fn nucleus_matches_sorting_everything() {
+        // Flat (the head must grow to most of the vocabulary), peaked, and tied distributions.
+        let flat: Vec<f64> = (0..5000).map(|i| 1.0 + (i % 3) as f64 * 1e-3).collect();
+        let peaked: Vec<f64> = (0..5000).map(|i| (-(i as f64) / 40.0).exp()).collect();
+        let tied: Vec<f64> = (0..300).map(|i| if i % 2 == 0 { 2.0 } else { 1.0 }).collect();
+        for weights in [flat, peaked, tied] {
+            let probs: Vec<(u32, f64)> = weights
+                .iter()
+                .enumerate()
+                .map(|(i, &p)| ((i * 7919 % 5003) as u32, p))
+                .collect();
+            let total: f64 = weights.iter().sum();
+            for top_p in [0.01, 0.3, 0.9, 0.999, 0.999_999] {
+                let mut sorted = probs.clone();
+                sorted.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                let mut cumulative = 0.0;
+                let want = sorted
+                    .iter()
+                    .position(|&(_, p)| {
+                        cumulative += p / total;
+                        cumulative >= top_p
+                    })
+                    .map_or(sorted.len(), |i| i + 1);
+                let mut ours = probs.clone();
+                let keep = nucleus(&mut ours, total, top_p);
+                assert_eq!(keep, want, "top_p {top_p}");
+                assert_eq!(
+                    ours[..keep],
+                    sorted[..want],
+                    "top_p {top_p}: the same tokens in the same order"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn logprobs_only_when_asked() {
+        let mut s = Sampler::new(
+            Sampling {
+                temperature: 0.0,
+                ..params()
+            },
+            0,
+            0,
+        );
+        let c = s.sample(&mut [0.0, 5.0, 9.0], None);
+        assert_eq!((c.id, c.logprob, c.top.len()), (2, None, 0));
+        let c = s.sample(&mut [0.0, 5.0, 9.0], Some(0));
+        assert!(c.logprob.is_some() && c.top.is_empty());
     }
 
     #[test]
