@@ -68,6 +68,13 @@ export interface LoadOptions {
    * A GGUF source with `quantize`, or an unknown type name, is refused (status 422, `param: 'quantize'`).
    */
   quantize?: 'q4_0' | 'q4_1' | 'q5_0' | 'q5_1' | 'q8_0' | 'q2_k' | 'q3_k' | 'q4_k' | 'q5_k' | 'q6_k' | 'iq4_nl' | 'iq4_xs';
+  /**
+   * A Jinja chat template (as in `tokenizer_config.json`) to serve chat requests with, instead of the
+   * model's own, or for a model that has none: without one, chat requests to such a model (a base model) are
+   * refused (status 400, `code: 'no_chat_template'`) and completions still work. An invalid template is a 422
+   * (`param: 'chatTemplate'`).
+   */
+  chatTemplate?: string;
   /** Where `kiln_bg.wasm` is, when not beside this module. */
   wasm?: string | URL;
 }

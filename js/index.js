@@ -235,11 +235,16 @@ export class Engine {
    * `parse`, then `upload` (bytes of weights on the device). A GGUF file streams: each tensor goes to the
    * device as soon as its bytes have arrived (the phases interleave), so the file is never whole in wasm
    * memory. `quantize` (`'q8_0'`, `'q4_k'`, …; Hugging Face sources only) quantizes the float weight
-   * matrices as they load, with kiln's own quantizers.
+   * matrices as they load, with kiln's own quantizers. `chatTemplate` (a Jinja chat template string)
+   * serves chat requests with it instead of the model's own, or gives one to a model that has none (a base
+   * model: without one, chat requests are a 400 `no_chat_template` and completions still work).
    */
-  static async load({ model, source, onProgress, cache = false, device = 'auto', quantize, wasm } = {}) {
+  static async load({ model, source, onProgress, cache = false, device = 'auto', quantize, chatTemplate, wasm } = {}) {
     if (typeof model !== 'string' || model === '') {
       throw new KilnError({ status: 422, error: { message: '`model` (the id requests name) must be a non-empty string', type: 'invalid_request_error', param: 'model', code: 'invalid_value' } });
+    }
+    if (chatTemplate !== undefined && chatTemplate !== null && typeof chatTemplate !== 'string') {
+      throw new KilnError({ status: 422, error: { message: '`chatTemplate` must be a string (a Jinja chat template)', type: 'invalid_request_error', param: 'chatTemplate', code: 'invalid_value' } });
     }
     await initOnce(wasm);
     let inner;
@@ -266,6 +271,13 @@ export class Engine {
       }
     } else {
       throw sourceError('`source` must be the URL or bytes of a .gguf file, or `{ config, tokenizer, weights, ... }`');
+    }
+    if (typeof chatTemplate === 'string') {
+      try {
+        inner = inner.withChatTemplate(chatTemplate);
+      } catch (e) {
+        throw toError(e);
+      }
     }
     return new Engine(inner);
   }

@@ -9,6 +9,7 @@ use burn::tensor::Device;
 use kiln::api::response::{ChatCompletion, ChatCompletionChunk, Completion, FinishReason};
 use kiln::api::{chat_request, completion_request};
 use kiln::engine::Model;
+use kiln::loader::Gguf;
 use pollster::block_on;
 use schema::assert_valid;
 use serde_json::{Value, json};
@@ -365,4 +366,54 @@ fn a_cancelled_stream_stops_at_its_next_step() {
     let e = block_on(stream.next()).unwrap().unwrap_err();
     assert_eq!(e.code, "request_aborted");
     assert!(block_on(stream.next()).is_none(), "nothing after the abort");
+}
+
+/// The fixture rewritten without `tokenizer.chat_template`, as a base model's GGUF is.
+fn without_template() -> Vec<u8> {
+    use kiln::loader::gguf_write::{TensorOut, write};
+    let bytes = include_bytes!("fixtures/gguf/tiny-llama.gguf");
+    let g = Gguf::parse(bytes).expect("the fixture parses");
+    let mut metadata = g.metadata.clone();
+    assert!(metadata.remove("tokenizer.chat_template").is_some());
+    let tensors: Vec<TensorOut<'_>> = g
+        .tensors
+        .iter()
+        .map(|(name, info)| TensorOut {
+            name,
+            ty: info.ty,
+            dims: &info.dims,
+            data: g.data(info),
+        })
+        .collect();
+    write(&metadata, &tensors).expect("written")
+}
+
+#[test]
+fn a_model_without_a_chat_template_serves_completions_and_refuses_chat_until_given_one() {
+    let file = without_template();
+    let m = Model::from_gguf("tiny", &file, &Device::flex()).expect("loads without a template");
+    let done = complete(&m, json!({"prompt": "The sea", "max_tokens": 4, "temperature": 0}));
+    assert_eq!(done.usage.map(|u| u.completion_tokens), Some(4), "completions need no template");
+    let req = chat_request(chat_body(json!({})), &m.spec()).expect("valid");
+    let e = m.chat(req).err().expect("refused");
+    assert_eq!((e.status(), e.code), (400, "no_chat_template"));
+    assert!(e.message.contains("chatTemplate"), "says how to pass one: {}", e.message);
+
+    // The load option: the fixture's own template given back gives the original model's replies.
+    let template = match Gguf::parse(include_bytes!("fixtures/gguf/tiny-llama.gguf"))
+        .unwrap()
+        .str("tokenizer.chat_template")
+    {
+        Ok(Some(t)) => t.to_string(),
+        other => panic!("the fixture has a template: {other:?}"),
+    };
+    let m = m.with_chat_template(&template).expect("compiles");
+    assert_eq!(
+        chat(&m, json!({})).choices[0].message.content,
+        chat(&model(), json!({})).choices[0].message.content
+    );
+    let bad = Model::from_gguf("tiny", &file, &Device::flex())
+        .unwrap()
+        .with_chat_template("{% for m in messages %}");
+    assert!(bad.is_err(), "a template that does not compile is refused at load");
 }

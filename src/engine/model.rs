@@ -24,7 +24,7 @@ use crate::model::{Decoder, ModelConfig};
 use crate::sampling::Rng;
 use crate::sampling::constrain::Vocab;
 use crate::tokenizer::time::now_secs;
-use crate::tokenizer::{HfTokenizerFiles, ModelTokenizer, TemplateInputs};
+use crate::tokenizer::{HfTokenizerFiles, ModelTokenizer, TemplateInputs, TokenizerError};
 
 /// The files of a Hugging Face model repository, as bytes.
 #[derive(Debug, Clone)]
@@ -150,6 +150,17 @@ impl Model {
         }
     }
 
+    /// The `chatTemplate` load option: serves chat requests with `source` (a Jinja chat template, compiled
+    /// now) instead of the model's own template, or gives one to a model that has none.
+    pub fn with_chat_template(mut self, source: &str) -> Result<Self, EngineError> {
+        // Only a model no stream holds yet (as after a load) has its tokenizer to itself.
+        let t = Arc::get_mut(&mut self.tokenizer).ok_or_else(|| {
+            TokenizerError::Files("the chat template is set at load, before any request".into())
+        })?;
+        t.set_chat_template(source)?;
+        Ok(self)
+    }
+
     /// What requests are validated against.
     pub fn spec(&self) -> ModelSpec {
         ModelSpec {
@@ -191,6 +202,14 @@ impl Model {
     /// A validated chat request as a stream of `chat.completion.chunk`s (collect it for the full
     /// response). Refused here, before any device work: what kiln cannot honour yet.
     pub fn chat(&self, req: ValidChat) -> Result<ChatStream, ApiError> {
+        if self.tokenizer.template.is_none() {
+            let message = TokenizerError::NoChatTemplate.to_string();
+            return Err(ApiError::cannot_serve(
+                Some("messages"),
+                "no_chat_template",
+                message,
+            ));
+        }
         let tools = tool_use(&req, &self.tokenizer)?;
         let mut constraints = match req.response_format {
             ResponseFormat::Text => None,
@@ -217,7 +236,7 @@ impl Model {
             .completion_budget(ids.len(), spec.context_length, "messages")?;
         let mut params = Self::params(&req.common, max_new, req.logprobs, false);
         let n = params.n;
-        let syntax = reasoning_syntax(&self.tokenizer.template.source);
+        let syntax = self.tokenizer.template_source().and_then(reasoning_syntax);
         if let Some(t) = &tools {
             // Call markers that are special tokens (`[TOOL_CALLS]`, `<|python_tag|>`) must reach the parser.
             params.keep_special = true;

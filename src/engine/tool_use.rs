@@ -41,7 +41,7 @@ pub fn tool_use(req: &ValidChat, tok: &ModelTokenizer) -> Result<Option<ToolUse>
     if req.tools.is_empty() || req.tool_choice == ToolChoice::None {
         return Ok(None);
     }
-    let format = tool_format(&tok.template.source).ok_or_else(|| {
+    let format = tok.template_source().and_then(tool_format).ok_or_else(|| {
         ApiError::unsupported(
             "tools",
             "this model's chat template has no tool-call syntax kiln knows (Hermes/Qwen `<tool_call>`, Llama 3 \
@@ -131,7 +131,7 @@ impl ToolUse {
 /// and its result.
 pub fn mistral_ids(messages: &mut [Value], tok: &ModelTokenizer) {
     if !matches!(
-        tool_format(&tok.template.source),
+        tok.template_source().and_then(tool_format),
         Some(ToolFormat::Mistral | ToolFormat::MistralArgs)
     ) {
         return;

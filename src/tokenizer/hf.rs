@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::{CHATML, ChatTemplate, ModelTokenizer, TokenBytes, TokenizerError};
+use super::{ChatTemplate, ModelTokenizer, TokenBytes, TokenizerError};
 
 /// Files of a Hugging Face model repository, as bytes.
 #[derive(Debug, Clone, Copy, Default)]
@@ -80,10 +80,10 @@ impl ModelTokenizer {
             Some(b) => json("tokenizer_config.json", b)?,
             None => Value::Null,
         };
-        let template = match files.chat_template {
-            Some(t) => t.to_owned(),
-            None => config_template(&config).unwrap_or_else(|| CHATML.to_owned()),
-        };
+        let template = files
+            .chat_template
+            .map(str::to_owned)
+            .or_else(|| config_template(&config));
         let bos_token = token_string(config.get("bos_token")).unwrap_or_default();
         let eos_token = token_string(config.get("eos_token")).unwrap_or_default();
         let mut stop_ids = Vec::new();
@@ -105,7 +105,7 @@ impl ModelTokenizer {
             } else {
                 TokenBytes::SentencePiece
             },
-            template: ChatTemplate::new(&template)?,
+            template: template.as_deref().map(ChatTemplate::new).transpose()?,
             bos_token,
             eos_token,
             stop_ids,

@@ -13,7 +13,7 @@ pub mod template;
 pub mod time;
 
 pub use hf::HfTokenizerFiles;
-pub use template::{CHATML, ChatTemplate, TemplateError, TemplateInputs};
+pub use template::{ChatTemplate, TemplateError, TemplateInputs};
 
 use crate::loader::Gguf;
 
@@ -30,6 +30,11 @@ pub enum TokenizerError {
     Decode(String),
     #[error("{0}")]
     Files(String),
+    #[error(
+        "this model has no chat template (its files carry none, as a base model's often do): load it with the \
+         `chatTemplate` option (a Jinja chat template), or send completions requests"
+    )]
+    NoChatTemplate,
 }
 
 /// How vocabulary strings map to bytes (for logprobs' `bytes`).
@@ -61,7 +66,9 @@ fn byte_level_char(c: char) -> Option<u8> {
 pub struct ModelTokenizer {
     pub inner: tokenizers::Tokenizer,
     pub token_bytes: TokenBytes,
-    pub template: ChatTemplate,
+    /// The chat template: the model's own, or the one given at load; `None` when neither exists (chat
+    /// requests are then refused, completions still served).
+    pub template: Option<ChatTemplate>,
     pub bos_token: String,
     pub eos_token: String,
     /// Ids that end a generation: EOS and any end-of-turn ids the model names.
@@ -75,7 +82,7 @@ impl ModelTokenizer {
         let mut stop_ids: Vec<u32> = t.eos_token_id.into_iter().chain(t.eog_token_ids).collect();
         stop_ids.sort_unstable();
         stop_ids.dedup();
-        let template = ChatTemplate::new(t.chat_template.as_deref().unwrap_or(CHATML))?;
+        let template = t.chat_template.as_deref().map(ChatTemplate::new).transpose()?;
         let token_bytes = match g.str("tokenizer.ggml.model").ok().flatten() {
             Some("llama") => TokenBytes::SentencePiece,
             _ => TokenBytes::ByteLevel,
@@ -88,6 +95,17 @@ impl ModelTokenizer {
             eos_token: t.eos_token.unwrap_or_default(),
             stop_ids,
         })
+    }
+
+    /// The template's Jinja source, when there is one.
+    pub fn template_source(&self) -> Option<&str> {
+        self.template.as_ref().map(|t| t.source.as_str())
+    }
+
+    /// Replaces the chat template (the `chatTemplate` load option) with `source`, compiled now.
+    pub fn set_chat_template(&mut self, source: &str) -> Result<(), TokenizerError> {
+        self.template = Some(ChatTemplate::new(source)?);
+        Ok(())
     }
 
     /// Token ids of `text`; `add_special` adds what the tokenizer's post-processor adds (BOS, …).
@@ -144,7 +162,8 @@ impl ModelTokenizer {
     pub fn chat_prompt(&self, mut inputs: TemplateInputs) -> Result<(String, Vec<u32>), TokenizerError> {
         inputs.bos_token.clone_from(&self.bos_token);
         inputs.eos_token.clone_from(&self.eos_token);
-        let text = self.template.render(&inputs)?;
+        let template = self.template.as_ref().ok_or(TokenizerError::NoChatTemplate)?;
+        let text = template.render(&inputs)?;
         let ids = self.encode(&text, false)?;
         Ok((text, ids))
     }

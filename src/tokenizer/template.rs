@@ -8,16 +8,13 @@
 //!
 //! The context is what `apply_chat_template` passes: `bos_token`, `eos_token`, the extra variables (e.g.
 //! `enable_thinking`), `messages` normalised as transformers normalises them, `tools` and `documents` (`none`
-//! when absent) and `add_generation_prompt`. A model without a template gets [`CHATML`].
+//! when absent) and `add_generation_prompt`. A model without a template has none: kiln does not guess one
+//! (chat requests are refused, see `ModelTokenizer::template`).
 
 use minijinja::value::{Kwargs, Value};
 use minijinja::{Environment, Error, ErrorKind};
 
 use super::pyfmt::{indent, py_str, tojson};
-
-/// The documented default for models that ship no template: ChatML, as used by Qwen and SmolLM.
-pub const CHATML: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + \
-message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
 /// A chat template could not be compiled or rendered.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -232,8 +229,12 @@ mod tests {
         }
     }
 
+    /// ChatML, as used by Qwen and SmolLM.
+    const CHATML: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + \
+message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
     #[test]
-    fn chatml_default_renders_a_turn_and_the_generation_prompt() {
+    fn chatml_renders_a_turn_and_the_generation_prompt() {
         let t = ChatTemplate::new(CHATML).unwrap();
         let out = t
             .render(&inputs(json!([{"role": "user", "content": "Hi"}])))

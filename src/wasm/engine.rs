@@ -282,6 +282,23 @@ impl KilnModel {
         to_js(&self.device)
     }
 
+    /// The `chatTemplate` load option: this model, serving chat requests with `source` (a Jinja chat
+    /// template) instead of its own or where it has none. Consumes this object. An invalid template is a
+    /// 422 naming `chatTemplate`.
+    #[wasm_bindgen(js_name = withChatTemplate)]
+    pub fn with_chat_template(self, source: String) -> Result<KilnModel, JsValue> {
+        let invalid = |message: String| api_error(&ApiError::invalid("chatTemplate", message));
+        let model = Rc::try_unwrap(self.model)
+            .map_err(|_| invalid("the chat template is set at load, before any request".into()))?;
+        let model = model
+            .with_chat_template(&source)
+            .map_err(|e| invalid(e.to_string()))?;
+        Ok(KilnModel {
+            model: Rc::new(model),
+            device: self.device,
+        })
+    }
+
     /// The model's bytes: `{ weightBytes, deviceBytesInUse, deviceBytesReserved }` (the device figures are
     /// `null` on the CPU backend, whose memory is the wasm memory).
     #[wasm_bindgen(getter)]

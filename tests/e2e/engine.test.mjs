@@ -136,7 +136,18 @@ async function cases(mode) {
         sourceErrors.push({ status: e.status, param: e.param, code: e.code });
       }
     }
+    // `chatTemplate`: a bare template renders a shorter prompt than the fixture's own; an invalid one is a 422.
+    const plain = await load({ model: 'tiny', source: '/fixtures/gguf/tiny-llama.gguf', device: 'cpu', chatTemplate: '{% for m in messages %}{{ m.content }}{% endfor %}' });
+    const plainChat = await plain.chat.completions.create(req);
+    await plain.unload();
+    let templateError = null;
+    try {
+      await load({ model: 'tiny', source: '/fixtures/gguf/tiny-llama.gguf', device: 'cpu', chatTemplate: '{% for m in messages %}' });
+    } catch (e) {
+      templateError = { status: e.status, param: e.param };
+    }
     return {
+      plainPromptTokens: plainChat.usage.prompt_tokens, templateError,
       denseBytes, q8Bytes, q8Completion, quantizeErrors, sourceErrors,
       progress, device, full, streamed, chunks, completion, completionStreamed, error, aborted, seen,
       runningDone, queuedAbort, after, a, b, onCpu, cpuDevice, hfProgress, hfCompletion, golden, json, cached, fromCache,
@@ -235,6 +246,8 @@ for (const mode of (process.env.KILN_E2E_MODES ?? 'main,worker').split(',')) {
       assert.equal(r.q8Completion.usage.completion_tokens, 4);
       for (const e of r.quantizeErrors) assert.ok(e && e.status === 422 && e.param === 'quantize', JSON.stringify(r.quantizeErrors));
       assert.match(r.quantizeErrors[1].message, /q4_k/);
+      assert.ok(r.plainPromptTokens < r.full.usage.prompt_tokens, `chatTemplate renders the prompt: ${r.plainPromptTokens} vs ${r.full.usage.prompt_tokens} tokens`);
+      assert.deepEqual(r.templateError, { status: 422, param: 'chatTemplate' });
       for (const e of r.sourceErrors) assert.deepEqual(e, { status: 422, param: 'source', code: 'invalid_value' }, JSON.stringify(r.sourceErrors));
     } finally {
       await browser.close();
