@@ -24,6 +24,7 @@
 
 mod dequant;
 mod embed;
+mod gemv;
 mod matmul;
 
 pub use embed::embedding;

@@ -1,0 +1,91 @@
+//! Where a wgpu decode step's time goes: `cargo run --example decode_profile -- MODEL.gguf [steps]`.
+//!
+//! Loads the model on wgpu, prefills 64 tokens, times `steps` greedy decode steps one by one (each
+//! synchronised by reading its logits back), then times kiln's GEMV alone on the decoder's matmul shapes
+//! (random Q4_1 blocks) against burn's f32 matmul on the same shapes. Timings only.
+
+#[cfg(not(target_arch = "wasm32"))]
+fn main() {
+    use std::time::Instant;
+
+    use burn::tensor::{Distribution, Tensor};
+    use kiln::engine::Model;
+    use kiln::kernels::gpu;
+    use kiln::loader::GgmlType;
+    use pollster::block_on;
+
+    let mut args = std::env::args().skip(1);
+    let path = args.next().expect("usage: decode_profile MODEL.gguf [steps]");
+    let steps: usize = args.next().map_or(8, |s| s.parse().expect("steps"));
+    let bytes = std::fs::read(&path).expect("read model");
+    let dev = block_on(kiln::engine::device::gpu()).expect("wgpu").device;
+    let model = Model::from_gguf("p", &bytes, &dev).expect("load");
+    let dec = &model.decoder;
+    let sync = |t: Tensor<3>| {
+        let d = block_on(t.into_data_async()).expect("read");
+        d.into_vec::<f32>().expect("f32")
+    };
+    let argmax = |v: &[f32]| {
+        v.iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map_or(0, |(i, _)| i as u32)
+    };
+    let prompt: Vec<u32> = (0..64).map(|i| 100 + i * 7).collect();
+    let mut cache = dec.new_cache(1, 512);
+    let t0 = Instant::now();
+    let logits = sync(dec.forward(&[prompt], &mut cache, false).expect("prefill"));
+    eprintln!("prefill 64: {:.0} ms", t0.elapsed().as_secs_f64() * 1e3);
+    let mut next = argmax(&logits);
+    let mut toks = vec![next];
+    for i in 0..steps {
+        let t0 = Instant::now();
+        let logits = sync(dec.forward(&[vec![next]], &mut cache, false).expect("step"));
+        next = argmax(&logits);
+        toks.push(next);
+        eprintln!("step {i}: {:.1} ms", t0.elapsed().as_secs_f64() * 1e3);
+    }
+    eprintln!("tokens {toks:?}");
+
+    // GEMV alone on each shape, 20 launches then one sync.
+    let c = &dec.config;
+    let (h, f, kvd) = (c.hidden_size, c.intermediate_size, c.num_kv_heads * c.head_dim);
+    let shapes = [
+        ("q/o", h, h),
+        ("k/v", kvd, h),
+        ("gate/up", f, h),
+        ("down", h, f),
+        ("lm_head", c.vocab_size, h),
+    ];
+    for (name, n, k) in shapes {
+        let row = GgmlType::Q4_1.row_bytes(k).expect("row");
+        let mut raw = vec![0u8; row * n];
+        for (i, b) in raw.iter_mut().enumerate() {
+            *b = (i.wrapping_mul(2_654_435_761) >> 13) as u8;
+        }
+        // Sane scales: every 20-byte block starts with d = 0.01 and m = -0.01 (f16 bits).
+        for blk in raw.chunks_mut(20) {
+            blk[..4].copy_from_slice(&[0x1f, 0x21, 0x1f, 0xa1]);
+        }
+        let w = gpu::upload(GgmlType::Q4_1, &raw, n, k, &dev).expect("upload");
+        let x = Tensor::<2>::random([1, k], Distribution::Uniform(-1.0, 1.0), &dev);
+        let dense = Tensor::<2>::random([k, n], Distribution::Uniform(-1.0, 1.0), &dev);
+        let reps = 20;
+        let time = |f: &dyn Fn() -> Tensor<2>| {
+            let _ = sync(f().unsqueeze());
+            let t0 = Instant::now();
+            let mut last = None;
+            for _ in 0..reps {
+                last = Some(f());
+            }
+            let _ = sync(last.expect("ran").unsqueeze());
+            t0.elapsed().as_secs_f64() * 1e3 / reps as f64
+        };
+        let q = time(&|| gpu::matmul(x.clone(), &w));
+        let d = time(&|| x.clone().matmul(dense.clone()));
+        eprintln!("{name} [{n} x {k}]: kiln gemv {q:.2} ms, burn f32 matmul {d:.2} ms");
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+fn main() {}
