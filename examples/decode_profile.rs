@@ -23,7 +23,7 @@ fn main() {
     let dec = &model.decoder;
     let sync = |t: Tensor<3>| {
         let d = block_on(t.into_data_async()).expect("read");
-        d.into_vec::<f32>().expect("f32")
+        d.try_into_vec::<f32>().expect("f32")
     };
     let argmax = |v: &[f32]| {
         v.iter()
@@ -46,6 +46,56 @@ fn main() {
         eprintln!("step {i}: {:.1} ms", t0.elapsed().as_secs_f64() * 1e3);
     }
     eprintln!("tokens {toks:?}");
+
+    // The fused decode kernels alone, 50 launches then one sync.
+    {
+        use kiln::kernels::gpu::decode as fused;
+        let c = &dec.config;
+        let time = |f: &dyn Fn() -> Tensor<2>| {
+            let _ = sync(f().unsqueeze());
+            let t0 = Instant::now();
+            let mut last = None;
+            for _ in 0..50 {
+                last = Some(f());
+            }
+            let _ = sync(last.expect("ran").unsqueeze());
+            t0.elapsed().as_secs_f64() * 1e3 / 50.0
+        };
+        let g = Tensor::<2>::random([1, c.intermediate_size], Distribution::Uniform(-1.0, 1.0), &dev);
+        let x = Tensor::<2>::random([1, c.hidden_size], Distribution::Uniform(-1.0, 1.0), &dev);
+        let w = Tensor::<1>::random([c.hidden_size], Distribution::Uniform(-1.0, 1.0), &dev);
+        let keys = Tensor::<4>::random(
+            [1, c.num_kv_heads, 512, c.head_dim],
+            Distribution::Uniform(-1.0, 1.0),
+            &dev,
+        );
+        let q = Tensor::<2>::random(
+            [1, c.num_heads * c.head_dim],
+            Distribution::Uniform(-1.0, 1.0),
+            &dev,
+        );
+        eprintln!(
+            "silu_mul [1, f]: {:.3} ms",
+            time(&|| fused::silu_mul(g.clone(), g.clone()))
+        );
+        eprintln!(
+            "rms_norm [1, h]: {:.3} ms",
+            time(&|| fused::rms_norm(x.clone(), &w, 1e-5))
+        );
+        eprintln!(
+            "add_rms_norm [1, h]: {:.3} ms",
+            time(&|| fused::add_rms_norm(x.clone(), x.clone(), &w, 1e-5).1)
+        );
+        eprintln!(
+            "attention t=64: {:.3} ms",
+            time(&|| fused::attention(q.clone(), &keys, &keys, 64))
+        );
+        eprintln!(
+            "attention t=512: {:.3} ms",
+            time(&|| fused::attention(q.clone(), &keys, &keys, 512))
+        );
+        eprintln!("burn add [1, h]: {:.3} ms", time(&|| x.clone() + x.clone()));
+    }
 
     // GEMV alone on each shape, 20 launches then one sync.
     let c = &dec.config;

@@ -5,6 +5,9 @@
 //! Shapes: `b` batch, `s` new positions, `t` cached + new positions, `h` hidden size, `H` / `K` query /
 //! key-value heads, `d` head dim, `V` vocabulary.
 
+mod step;
+
+use burn::backend::DispatchDevice;
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::{Device, Tensor, TensorData};
 
@@ -43,6 +46,9 @@ pub struct Decoder {
     lm_head: Matrix,
     /// Whether `lm_head` shares the embedding table's storage.
     tied: bool,
+    /// Whether single-position steps take the fused wgpu kernels (`step.rs`): on a wgpu device, unless
+    /// turned off ([`Decoder::set_fused`]).
+    fused: bool,
     /// `[max_pos, d / 2]` each.
     cos: Tensor<2>,
     sin: Tensor<2>,
@@ -169,7 +175,14 @@ impl Decoder {
             norm,
             lm_head,
             tied,
+            fused: matches!(device.as_dispatch(), DispatchDevice::Cube(_)),
         })
+    }
+
+    /// Whether single-position steps on wgpu take the fused decode kernels (the default there) or the
+    /// generic path (what prefill and the CPU backend run); `true` has no effect off wgpu.
+    pub fn set_fused(&mut self, on: bool) {
+        self.fused = on && matches!(self.device.as_dispatch(), DispatchDevice::Cube(_));
     }
 
     /// The device the weights live on.
@@ -228,6 +241,9 @@ impl Decoder {
         }
         if t > c.max_position_embeddings {
             return Err(ForwardError::Position(t - 1));
+        }
+        if s == 1 && self.fused {
+            return Ok(self.step(tokens, cache));
         }
         let mut x = self.embed.rows(tokens, &self.device); // [b, s, h]
         let cos = self.cos.clone().narrow(0, pos, s).unsqueeze::<4>(); // [1, 1, s, d/2]

@@ -201,21 +201,29 @@ pub(crate) fn gemv_kernel(
     #[comptime] fmt: u32,
 ) {
     let tid = UNIT_POS as usize;
-    let lane = tid % TPR;
+    let lane = tid - (tid / TPR) * TPR;
     let col = CUBE_POS * ROWS_PER_GROUP + tid / TPR;
     let mut acc = Array::<f32>::new(m);
     #[unroll]
     for i in 0..m {
         acc[i] = 0.0;
     }
-    if col < n {
-        let base = col * row_bytes;
-        let blocks = k / comptime![layout(fmt).0];
-        let mut blk = lane;
-        while blk < blocks {
-            dot_block(x, w, base, blk, k, &mut acc, m, fmt);
-            blk += TPR;
-        }
+    // Rows past `n` compute row `n - 1` again (and write nothing): the loop's control flow is then the
+    // same for every thread, and `x`'s addresses are uniform across a row-per-thread workgroup, which
+    // software Vulkan turns into one load per workgroup instead of one per thread.
+    let mut row = col;
+    if row >= n {
+        row = n - 1;
+    }
+    let base = row * row_bytes;
+    let blocks = k / comptime![layout(fmt).0];
+    let mut blk = 0usize;
+    if comptime![TPR > 1] {
+        blk = lane;
+    }
+    while blk < blocks {
+        dot_block(x, w, base, blk, k, &mut acc, m, fmt);
+        blk += TPR;
     }
     if comptime![TPR == 1] {
         if col < n {
