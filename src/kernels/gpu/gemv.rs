@@ -4,35 +4,35 @@
 //! row `i` of `y` written at `i · ldo + col0` (a weight split into parts writes its own columns; see
 //! `matmul.rs`).
 //!
-//! **Layout.** `TPR` threads share one weight row, so a workgroup of `GEMV_WG` (64) threads covers
-//! `64 / TPR` rows. Thread `lane` of a row takes the row's blocks `lane, lane + TPR, …` whole: it decodes
-//! the block's scale (and min) once, reads its quants a `u32` word at a time, and accumulates
-//! `d · Σ q·x + min · Σ x` into `m` register accumulators (the weight row is read once for all `m` rows).
-//! With `TPR = 1` a thread owns its row and there is no shared memory and no barrier; otherwise one barrier
-//! and a sum of `TPR` partials in shared memory. Software Vulkan (llvmpipe, SwiftShader) runs a
-//! workgroup's threads as SIMD lanes of one CPU thread, where barriers and per-element scale decoding
-//! dominate; that is why the work is per block.
+//! **Layout.** Each thread owns `RPT` (4) weight rows, `GEMV_WG` (32) rows apart, so a workgroup covers
+//! 128 rows; no shared memory, no barrier. It walks the rows' blocks together: per block it decodes each
+//! row's scale (and min) once, reads the quants a `u32` word at a time, and accumulates
+//! `d · Σ q·x + min · Σ x` into `m · RPT` register accumulators; each `x` element is read once for the
+//! `RPT` rows (and `Σ x` formed once), each weight row once for all `m` rows of `x`. Software Vulkan
+//! (llvmpipe, SwiftShader) runs a workgroup's threads as SIMD lanes of one CPU thread, where barriers,
+//! per-element scale decoding and per-lane loads dominate; that is why the work is per block and per
+//! several rows.
 //!
 //! **Formats.** Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and Q8_0 have a per-block path here; every other format
 //! (F32, F16, BF16, the K-quants, IQ4_XS) decodes its block element by element with
-//! [`dequant_elem`], still one thread per block. Each output is a sum in a fixed order (per block, then
-//! across the row's blocks and lanes): the same inputs give the same bits on every launch.
+//! [`dequant_elem`], still a row's blocks in one thread. Each output is a sum in a fixed order (per block,
+//! then across the row's blocks): the same inputs give the same bits on every launch.
 
 use cubecl::prelude::*;
 
 use super::dequant::{block_layout, dequant_elem, f16_to_f32, half_at, id};
 
 /// GEMV threads per workgroup.
-pub(crate) const GEMV_WG: usize = 64;
+pub(crate) const GEMV_WG: usize = 32;
 
 /// The largest `m` the GEMV path takes.
 pub(crate) const GEMV_MAX_M: usize = 8;
 
-/// Threads per weight row.
-pub(crate) const TPR: usize = 1;
+/// Weight rows per thread: each `x` element read serves this many rows.
+pub(crate) const RPT: usize = 4;
 
 /// Weight rows per workgroup.
-pub(crate) const ROWS_PER_GROUP: usize = GEMV_WG / TPR;
+pub(crate) const ROWS_PER_GROUP: usize = GEMV_WG * RPT;
 
 /// Elements and bytes of one block of `fmt` (a supported format, checked at upload).
 fn layout(fmt: u32) -> (usize, usize) {
@@ -67,13 +67,13 @@ fn iq4(q: u32) -> f32 {
     signed(word >> ((q % 4) * 8))
 }
 
-/// Adds block `blk` of the row at byte `base` (elements `e0 = blk · block_elems ..`) dotted with each of
-/// the `m` rows of `x` to `acc`.
+/// Adds block `blk` of each of the `RPT` rows starting at bytes `bases[r]` (elements `e0 = blk ·
+/// block_elems ..`), dotted with each of the `m` rows of `x`, to `acc[i · RPT + r]`.
 #[cube]
 fn dot_block(
     x: &[f32],
     w: &[u32],
-    base: usize,
+    bases: &Array<usize>,
     blk: usize,
     k: usize,
     acc: &mut Array<f32>,
@@ -82,7 +82,6 @@ fn dot_block(
 ) {
     let be = comptime![layout(fmt).0];
     let bb = comptime![layout(fmt).1];
-    let bo = base + blk * bb;
     let e0 = blk * be;
     if comptime![
         fmt == id::Q4_0 || fmt == id::Q4_1 || fmt == id::Q5_0 || fmt == id::Q5_1 || fmt == id::IQ4_NL
@@ -101,86 +100,131 @@ fn dot_block(
         }];
         let has_min = comptime![fmt == id::Q4_1 || fmt == id::Q5_1];
         let five = comptime![fmt == id::Q5_0 || fmt == id::Q5_1];
-        let d = f16_to_f32(half_at(w, bo));
-        let mut mn = 0.0f32;
-        let mut qh = 0u32;
-        if comptime![has_min] {
-            mn = f16_to_f32(half_at(w, bo + 2));
+        let mut bo = Array::<usize>::new(RPT);
+        let mut d = Array::<f32>::new(RPT);
+        let mut mn = Array::<f32>::new(RPT);
+        let mut qh = Array::<u32>::new(RPT);
+        #[unroll]
+        for r in 0..RPT {
+            bo[r] = bases[r] + blk * bb;
+            d[r] = f16_to_f32(half_at(w, bo[r]));
+            mn[r] = 0.0;
+            qh[r] = 0;
+            if comptime![has_min] {
+                mn[r] = f16_to_f32(half_at(w, bo[r] + 2));
+            }
+            if comptime![five] {
+                qh[r] = word_at(w, bo[r] + qs - 4);
+            }
         }
-        if comptime![five] {
-            qh = word_at(w, bo + qs - 4);
-        }
-        let mut sq = Array::<f32>::new(m);
+        let mut sq = Array::<f32>::new(comptime![m * RPT]);
         let mut sx = Array::<f32>::new(m);
         #[unroll]
         for i in 0..m {
-            sq[i] = 0.0;
             sx[i] = 0.0;
+            #[unroll]
+            for r in 0..RPT {
+                sq[i * RPT + r] = 0.0;
+            }
         }
+        let mut q = Array::<u32>::new(RPT);
         #[unroll]
         for wi in 0..4usize {
-            let q = word_at(w, bo + qs + 4 * wi);
+            #[unroll]
+            for r in 0..RPT {
+                q[r] = word_at(w, bo[r] + qs + 4 * wi);
+            }
             #[unroll]
             for b in 0..4usize {
                 let j = 4 * wi + b;
-                let mut lo = (q >> ((8 * b) as u32)) & 0xF;
-                let mut hi = (q >> ((8 * b + 4) as u32)) & 0xF;
-                if comptime![five] {
-                    lo |= ((qh >> (j as u32)) & 1) << 4;
-                    hi |= ((qh >> ((j + 16) as u32)) & 1) << 4;
-                }
-                let mut vl = f32::cast_from(lo) - offset;
-                let mut vh = f32::cast_from(hi) - offset;
-                if comptime![fmt == id::IQ4_NL] {
-                    vl = iq4(lo);
-                    vh = iq4(hi);
-                }
                 #[unroll]
                 for i in 0..m {
                     let xl = x[i * k + e0 + j];
                     let xh = x[i * k + e0 + j + 16];
-                    sq[i] += vl * xl + vh * xh;
                     if comptime![has_min] {
                         sx[i] += xl + xh;
+                    }
+                    #[unroll]
+                    for r in 0..RPT {
+                        let mut lo = (q[r] >> ((8 * b) as u32)) & 0xF;
+                        let mut hi = (q[r] >> ((8 * b + 4) as u32)) & 0xF;
+                        if comptime![five] {
+                            lo |= ((qh[r] >> (j as u32)) & 1) << 4;
+                            hi |= ((qh[r] >> ((j + 16) as u32)) & 1) << 4;
+                        }
+                        let mut vl = f32::cast_from(lo) - offset;
+                        let mut vh = f32::cast_from(hi) - offset;
+                        if comptime![fmt == id::IQ4_NL] {
+                            vl = iq4(lo);
+                            vh = iq4(hi);
+                        }
+                        sq[i * RPT + r] += vl * xl + vh * xh;
                     }
                 }
             }
         }
         #[unroll]
         for i in 0..m {
-            acc[i] += d * sq[i] + mn * sx[i];
+            #[unroll]
+            for r in 0..RPT {
+                acc[i * RPT + r] += d[r] * sq[i * RPT + r] + mn[r] * sx[i];
+            }
         }
     } else if comptime![fmt == id::Q8_0] {
-        let d = f16_to_f32(half_at(w, bo));
-        let mut sq = Array::<f32>::new(m);
+        let mut bo = Array::<usize>::new(RPT);
+        let mut d = Array::<f32>::new(RPT);
         #[unroll]
-        for i in 0..m {
+        for r in 0..RPT {
+            bo[r] = bases[r] + blk * bb;
+            d[r] = f16_to_f32(half_at(w, bo[r]));
+        }
+        let mut sq = Array::<f32>::new(comptime![m * RPT]);
+        #[unroll]
+        for i in 0..comptime![m * RPT] {
             sq[i] = 0.0;
         }
+        let mut q = Array::<u32>::new(RPT);
         #[unroll]
         for wi in 0..8usize {
-            let q = word_at(w, bo + 2 + 4 * wi);
+            #[unroll]
+            for r in 0..RPT {
+                q[r] = word_at(w, bo[r] + 2 + 4 * wi);
+            }
             #[unroll]
             for b in 0..4usize {
-                let v = signed(q >> ((8 * b) as u32));
                 #[unroll]
                 for i in 0..m {
-                    sq[i] += v * x[i * k + e0 + 4 * wi + b];
+                    let xv = x[i * k + e0 + 4 * wi + b];
+                    #[unroll]
+                    for r in 0..RPT {
+                        sq[i * RPT + r] += signed(q[r] >> ((8 * b) as u32)) * xv;
+                    }
                 }
             }
         }
         #[unroll]
         for i in 0..m {
-            acc[i] += d * sq[i];
+            #[unroll]
+            for r in 0..RPT {
+                acc[i * RPT + r] += d[r] * sq[i * RPT + r];
+            }
         }
     } else {
         // Element by element (16-bit floats, f32, and the K-quants without a path of their own).
         let mut j = 0usize;
         while j < be {
-            let v = dequant_elem(w, base, e0 + j, fmt);
+            let mut v = Array::<f32>::new(RPT);
+            #[unroll]
+            for r in 0..RPT {
+                v[r] = dequant_elem(w, bases[r], e0 + j, fmt);
+            }
             #[unroll]
             for i in 0..m {
-                acc[i] += v * x[i * k + e0 + j];
+                let xv = x[i * k + e0 + j];
+                #[unroll]
+                for r in 0..RPT {
+                    acc[i * RPT + r] += v[r] * xv;
+                }
             }
             j += 1;
         }
@@ -200,54 +244,36 @@ pub(crate) fn gemv_kernel(
     #[comptime] m: usize,
     #[comptime] fmt: u32,
 ) {
-    let tid = UNIT_POS as usize;
-    let lane = tid - (tid / TPR) * TPR;
-    let col = CUBE_POS * ROWS_PER_GROUP + tid / TPR;
-    let mut acc = Array::<f32>::new(m);
+    // Thread `tid` of workgroup `g` owns rows `g · ROWS_PER_GROUP + r · GEMV_WG + tid`, r < RPT. Rows past
+    // `n` compute row `n - 1` again (and write nothing): every thread runs the same control flow.
+    let first = CUBE_POS * ROWS_PER_GROUP + UNIT_POS as usize;
+    let mut bases = Array::<usize>::new(RPT);
     #[unroll]
-    for i in 0..m {
+    for r in 0..RPT {
+        let mut row = first + r * GEMV_WG;
+        if row >= n {
+            row = n - 1;
+        }
+        bases[r] = row * row_bytes;
+    }
+    let mut acc = Array::<f32>::new(comptime![m * RPT]);
+    #[unroll]
+    for i in 0..comptime![m * RPT] {
         acc[i] = 0.0;
     }
-    // Rows past `n` compute row `n - 1` again (and write nothing): the loop's control flow is then the
-    // same for every thread, and `x`'s addresses are uniform across a row-per-thread workgroup, which
-    // software Vulkan turns into one load per workgroup instead of one per thread.
-    let mut row = col;
-    if row >= n {
-        row = n - 1;
-    }
-    let base = row * row_bytes;
     let blocks = k / comptime![layout(fmt).0];
     let mut blk = 0usize;
-    if comptime![TPR > 1] {
-        blk = lane;
-    }
     while blk < blocks {
-        dot_block(x, w, base, blk, k, &mut acc, m, fmt);
-        blk += TPR;
+        dot_block(x, w, &bases, blk, k, &mut acc, m, fmt);
+        blk += 1;
     }
-    if comptime![TPR == 1] {
-        if col < n {
+    #[unroll]
+    for r in 0..RPT {
+        let row = first + r * GEMV_WG;
+        if row < n {
             #[unroll]
             for i in 0..m {
-                out[i * ldo + col0 + col] = acc[i];
-            }
-        }
-    } else {
-        let mut partial = Shared::<[f32]>::new_slice(comptime![m * GEMV_WG]);
-        #[unroll]
-        for i in 0..m {
-            partial[i * GEMV_WG + tid] = acc[i];
-        }
-        sync_cube();
-        if lane == 0 && col < n {
-            #[unroll]
-            for i in 0..m {
-                let mut sum = 0.0f32;
-                #[unroll]
-                for l in 0..TPR {
-                    sum += partial[i * GEMV_WG + tid + l];
-                }
-                out[i * ldo + col0 + col] = sum;
+                out[i * ldo + col0 + row] = acc[i * RPT + r];
             }
         }
     }
