@@ -38,14 +38,25 @@ fn main() {
     eprintln!("prefill 64: {:.0} ms", t0.elapsed().as_secs_f64() * 1e3);
     let mut next = argmax(&logits);
     let mut toks = vec![next];
+    let mut times = Vec::new();
     for i in 0..steps {
         let t0 = Instant::now();
         let logits = sync(dec.forward(&[vec![next]], &mut cache, false).expect("step"));
         next = argmax(&logits);
         toks.push(next);
-        eprintln!("step {i}: {:.1} ms", t0.elapsed().as_secs_f64() * 1e3);
+        let ms = t0.elapsed().as_secs_f64() * 1e3;
+        times.push(ms);
+        eprintln!("step {i}: {ms:.1} ms");
+    }
+    let mut rest = times.get(1..).unwrap_or_default().to_vec();
+    rest.sort_by(f64::total_cmp);
+    if let Some(median) = rest.get(rest.len() / 2) {
+        eprintln!("median step after the first: {median:.1} ms");
     }
     eprintln!("tokens {toks:?}");
+    if std::env::var_os("PROFILE_STEPS_ONLY").is_some() {
+        return;
+    }
 
     // The fused decode kernels alone, 50 launches then one sync.
     {

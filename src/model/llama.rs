@@ -325,6 +325,14 @@ fn rope(x: Tensor<4>, cos: &Tensor<4>, sin: &Tensor<4>) -> Tensor<4> {
 // `silu(gate) · up` in one kernel: eleven dispatches per layer where the generic path launches some sixty.
 // Activations are `[b, features]` throughout.
 
+/// The wgpu blocks of a projection without bias (what the fused gate/up GEMV reads).
+fn gpu_weight(l: &Linear) -> Option<&crate::kernels::gpu::GpuWeight> {
+    match (&l.weight, &l.bias) {
+        (Matrix::Quant(q), None) => q.gpu(),
+        _ => None,
+    }
+}
+
 /// `x: [r, in]` through `l` → `[r, out]`.
 fn apply(l: &Linear, x: Tensor<2>) -> Tensor<2> {
     let [r, n] = x.dims();
@@ -359,9 +367,13 @@ impl Decoder {
             let (keys, values) = cache.slots(i, 1);
             let attn = fused::attention(q, keys, values, t);
             let (x1, hn1) = fused::add_rms_norm(x, apply(&layer.o, attn), &layer.post_attention_norm, eps);
-            let gate = apply(&layer.gate, hn1.clone());
-            let up = apply(&layer.up, hn1);
-            let mlp = apply(&layer.down, fused::silu_mul(gate, up));
+            let act = match (gpu_weight(&layer.gate), gpu_weight(&layer.up)) {
+                (Some(g), Some(u)) => crate::kernels::gpu::matmul_silu_mul(hn1.clone(), g, u),
+                _ => None,
+            };
+            let act = act
+                .unwrap_or_else(|| fused::silu_mul(apply(&layer.gate, hn1.clone()), apply(&layer.up, hn1)));
+            let mlp = apply(&layer.down, act);
             let next = self.layers.get(i + 1).map_or(&self.norm, |l| &l.input_norm);
             (x, hn) = fused::add_rms_norm(x1, mlp, next, eps);
         }

@@ -278,3 +278,54 @@ pub(crate) fn gemv_kernel(
         }
     }
 }
+
+/// `silu(x · Wgᵀ) · (x · Wuᵀ)` for two weights of the same format and shape, each in one part: the MLP's
+/// gate and up projections in one launch (same row layout as [`gemv_kernel`]), `out: [m, n]`.
+#[cube(launch_unchecked)]
+pub(crate) fn gemv_silu_kernel(
+    x: &[f32],
+    wg: &[u32],
+    wu: &[u32],
+    out: &mut [f32],
+    n: usize,
+    k: usize,
+    row_bytes: usize,
+    #[comptime] m: usize,
+    #[comptime] fmt: u32,
+) {
+    let first = CUBE_POS * ROWS_PER_GROUP + UNIT_POS as usize;
+    let mut bases = Array::<usize>::new(RPT);
+    #[unroll]
+    for r in 0..RPT {
+        let mut row = first + r * GEMV_WG;
+        if row >= n {
+            row = n - 1;
+        }
+        bases[r] = row * row_bytes;
+    }
+    let mut ag = Array::<f32>::new(comptime![m * RPT]);
+    let mut au = Array::<f32>::new(comptime![m * RPT]);
+    #[unroll]
+    for i in 0..comptime![m * RPT] {
+        ag[i] = 0.0;
+        au[i] = 0.0;
+    }
+    let blocks = k / comptime![layout(fmt).0];
+    let mut blk = 0usize;
+    while blk < blocks {
+        dot_block(x, wg, &bases, blk, k, &mut ag, m, fmt);
+        dot_block(x, wu, &bases, blk, k, &mut au, m, fmt);
+        blk += 1;
+    }
+    #[unroll]
+    for r in 0..RPT {
+        let row = first + r * GEMV_WG;
+        if row < n {
+            #[unroll]
+            for i in 0..m {
+                let g = ag[i * RPT + r];
+                out[i * n + row] = g * (1.0 / (1.0 + (-g).exp())) * au[i * RPT + r];
+            }
+        }
+    }
+}
