@@ -119,16 +119,26 @@ fn main() {
         ("lm_head", c.vocab_size, h),
     ];
     for (name, n, k) in shapes {
-        let row = GgmlType::Q4_1.row_bytes(k).expect("row");
+        // SmolLM2's Q4_1 file: Q4_1 layers, a Q8_0 (tied) lm_head.
+        let ty = if name == "lm_head" {
+            GgmlType::Q8_0
+        } else {
+            GgmlType::Q4_1
+        };
+        let row = ty.row_bytes(k).expect("row");
         let mut raw = vec![0u8; row * n];
         for (i, b) in raw.iter_mut().enumerate() {
             *b = (i.wrapping_mul(2_654_435_761) >> 13) as u8;
         }
-        // Sane scales: every 20-byte block starts with d = 0.01 and m = -0.01 (f16 bits).
-        for blk in raw.chunks_mut(20) {
-            blk[..4].copy_from_slice(&[0x1f, 0x21, 0x1f, 0xa1]);
+        // Sane scales: every block starts with d = 0.01 (and Q4_1's m = -0.01), f16 bits.
+        let (bb, head): (usize, &[u8]) = match ty {
+            GgmlType::Q8_0 => (34, &[0x1f, 0x21]),
+            _ => (20, &[0x1f, 0x21, 0x1f, 0xa1]),
+        };
+        for blk in raw.chunks_mut(bb) {
+            blk[..head.len()].copy_from_slice(head);
         }
-        let w = gpu::upload(GgmlType::Q4_1, &raw, n, k, &dev).expect("upload");
+        let w = gpu::upload(ty, &raw, n, k, &dev).expect("upload");
         let x = Tensor::<2>::random([1, k], Distribution::Uniform(-1.0, 1.0), &dev);
         let dense = Tensor::<2>::random([k, n], Distribution::Uniform(-1.0, 1.0), &dev);
         let reps = 20;
@@ -144,7 +154,7 @@ fn main() {
         };
         let q = time(&|| gpu::matmul(x.clone(), &w));
         let d = time(&|| x.clone().matmul(dense.clone()));
-        eprintln!("{name} [{n} x {k}]: kiln gemv {q:.2} ms, burn f32 matmul {d:.2} ms");
+        eprintln!("{name} [{n} x {k}] {ty:?}: kiln gemv {q:.2} ms, burn f32 matmul {d:.2} ms");
     }
 }
 

@@ -46,6 +46,43 @@ fn word_at(w: &[u32], off: usize) -> u32 {
     half_at(w, off) | (half_at(w, off + 2) << 16)
 }
 
+/// `count` little-endian words from the even byte offset `off` into `q[at..at + count]`, with `count + 1`
+/// aligned loads (`count` when `aligned`, a comptime promise that `off` is a multiple of 4). Where `off`
+/// is 4-aligned the extra load repeats the last word (its bits are shifted out): nothing past the word
+/// holding byte `off + 4·count − 1` is read.
+#[cube]
+fn load_words(
+    w: &[u32],
+    off: usize,
+    q: &mut Array<u32>,
+    at: usize,
+    #[comptime] count: usize,
+    #[comptime] aligned: bool,
+) {
+    let a = off / 4;
+    if comptime![aligned] {
+        #[unroll]
+        for i in 0..count {
+            q[at + i] = w[a + i];
+        }
+    } else {
+        let sh = ((off % 4) * 8) as u32;
+        let last = a + count - 1 + (off % 4) / 2;
+        let mut prev = w[a];
+        #[unroll]
+        for i in 0..count {
+            let mut at_next = a + i + 1;
+            if at_next > last {
+                at_next = last;
+            }
+            let next = w[at_next];
+            // sh is 0 or 16; two shifts of at most 16 keep every shift below 32.
+            q[at + i] = (prev >> sh) | ((next << 16) << (16 - sh));
+            prev = next;
+        }
+    }
+}
+
 /// A signed byte (low 8 bits of `b`) as f32.
 #[cube]
 fn signed(b: u32) -> f32 {
@@ -127,13 +164,14 @@ fn dot_block(
                 sq[i * RPT + r] = 0.0;
             }
         }
-        let mut q = Array::<u32>::new(RPT);
+        // Q4_1 and Q5_1 blocks (20, 24 bytes) keep every row and field 4-aligned.
+        let mut q = Array::<u32>::new(comptime![4 * RPT]);
+        #[unroll]
+        for r in 0..RPT {
+            load_words(w, bo[r] + qs, &mut q, r * 4, 4usize, has_min);
+        }
         #[unroll]
         for wi in 0..4usize {
-            #[unroll]
-            for r in 0..RPT {
-                q[r] = word_at(w, bo[r] + qs + 4 * wi);
-            }
             #[unroll]
             for b in 0..4usize {
                 let j = 4 * wi + b;
@@ -146,8 +184,9 @@ fn dot_block(
                     }
                     #[unroll]
                     for r in 0..RPT {
-                        let mut lo = (q[r] >> ((8 * b) as u32)) & 0xF;
-                        let mut hi = (q[r] >> ((8 * b + 4) as u32)) & 0xF;
+                        let word = q[r * 4 + wi];
+                        let mut lo = (word >> ((8 * b) as u32)) & 0xF;
+                        let mut hi = (word >> ((8 * b + 4) as u32)) & 0xF;
                         if comptime![five] {
                             lo |= ((qh[r] >> (j as u32)) & 1) << 4;
                             hi |= ((qh[r] >> ((j + 16) as u32)) & 1) << 4;
@@ -183,13 +222,13 @@ fn dot_block(
         for i in 0..comptime![m * RPT] {
             sq[i] = 0.0;
         }
-        let mut q = Array::<u32>::new(RPT);
+        let mut q = Array::<u32>::new(comptime![8 * RPT]);
+        #[unroll]
+        for r in 0..RPT {
+            load_words(w, bo[r] + 2, &mut q, r * 8, 8usize, false);
+        }
         #[unroll]
         for wi in 0..8usize {
-            #[unroll]
-            for r in 0..RPT {
-                q[r] = word_at(w, bo[r] + 2 + 4 * wi);
-            }
             #[unroll]
             for b in 0..4usize {
                 #[unroll]
@@ -197,7 +236,9 @@ fn dot_block(
                     let xv = x[i * k + e0 + 4 * wi + b];
                     #[unroll]
                     for r in 0..RPT {
-                        sq[i * RPT + r] += signed(q[r] >> ((8 * b) as u32)) * xv;
+                        // Byte b sign-extended: shifted to the top, then an arithmetic shift down.
+                        let v = i32::reinterpret(q[r * 8 + wi] << ((24 - 8 * b) as u32)) >> 24;
+                        sq[i * RPT + r] += f32::cast_from(v) * xv;
                     }
                 }
             }
