@@ -31,6 +31,10 @@ fn main() {
             .max_by(|a, b| a.1.total_cmp(b.1))
             .map_or(0, |(i, _)| i as u32)
     };
+    if std::env::var_os("PROFILE_COMPILE").is_some() {
+        compile_times(&dev, &dec.config);
+        return;
+    }
     let prompt: Vec<u32> = (0..64).map(|i| 100 + i * 7).collect();
     let mut cache = dec.new_cache(1, 512);
     let t0 = Instant::now();
@@ -155,6 +159,45 @@ fn main() {
         let q = time(&|| gpu::matmul(x.clone(), &w));
         let d = time(&|| x.clone().matmul(dense.clone()));
         eprintln!("{name} [{n} x {k}] {ty:?}: kiln gemv {q:.2} ms, burn f32 matmul {d:.2} ms");
+    }
+}
+
+/// The first launch of each decode kernel (pipeline compilation included) in a fresh process.
+#[cfg(not(target_arch = "wasm32"))]
+fn compile_times(dev: &burn::tensor::Device, c: &kiln::model::config::ModelConfig) {
+    use std::time::Instant;
+
+    use burn::tensor::{Distribution, Tensor};
+    use kiln::kernels::gpu::{self, decode as fused};
+    use kiln::loader::GgmlType;
+
+    let first = |name: &str, f: &dyn Fn() -> Tensor<2>| {
+        let t0 = Instant::now();
+        let _ = pollster::block_on(f().into_data_async());
+        eprintln!("first {name}: {:.0} ms", t0.elapsed().as_secs_f64() * 1e3);
+    };
+    let r = |shape: [usize; 2]| Tensor::<2>::random(shape, Distribution::Uniform(-1.0, 1.0), dev);
+    let (h, d) = (c.hidden_size, c.head_dim);
+    let x = r([1, h]);
+    let w = Tensor::<1>::random([h], Distribution::Uniform(-1.0, 1.0), dev);
+    first("sync", &|| x.clone());
+    first("rms_norm", &|| fused::rms_norm(x.clone(), &w, 1e-5));
+    first("add_rms_norm", &|| {
+        fused::add_rms_norm(x.clone(), x.clone(), &w, 1e-5).1
+    });
+    let keys = Tensor::<4>::random([1, c.num_kv_heads, 256, d], Distribution::Uniform(-1.0, 1.0), dev);
+    let q = r([1, c.num_heads * d]);
+    first("attention", &|| fused::attention(q.clone(), &keys, &keys, 64));
+    for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
+        let row = ty.row_bytes(h).expect("row");
+        let raw = vec![0u8; row * 256];
+        let wt = gpu::upload(ty, &raw, 256, h, dev).expect("upload");
+        first(&format!("gemv {ty:?}"), &|| gpu::matmul(x.clone(), &wt));
+        if ty == GgmlType::Q4_1 {
+            first("gemv+silu Q4_1", &|| {
+                gpu::matmul_silu_mul(x.clone(), &wt, &wt).expect("fits")
+            });
+        }
     }
 }
 

@@ -6,8 +6,8 @@
 //! positions cached after this step's append, `A ≥ T` positions allocated in the cache.
 //!
 //! - [`rms_norm`]: `x: [r, h]` → `[r, h]`; [`add_rms_norm`] first adds a residual and returns the sum too.
-//!   One workgroup per row; every thread sums the whole row's squares itself (no shared memory, no
-//!   barrier: the row is a few hundred floats) and writes its strided share of the outputs.
+//!   One workgroup per row: each thread sums the squares of a strided share of the row, one barrier, then
+//!   every thread adds the partial sums and writes its share of the outputs.
 //! - [`rope_append`]: rotate-half rope on `q: [b, H·d]` and `k: [b, K·d]` at position `pos`, writing
 //!   the rotated keys and `v: [b, K·d]` into the cache `[b, K, A, d]` at position `pos`; returns the
 //!   rotated `q`. One thread per rotated pair.
@@ -34,20 +34,30 @@ const ROW_WG: usize = 64;
 /// Threads per (sequence, head) of the attention kernel.
 pub(crate) const ATT_WG: usize = 32;
 
+/// `1 / sqrt(mean + eps)` of the row whose squares this thread summed in part (`ss`, over elements
+/// `tid, tid + ROW_WG, …`): the `ROW_WG` partial sums meet in shared memory behind one barrier, and every
+/// thread adds them up in the same order.
 #[cube]
 fn inv_rms(ss: f32, h: usize, eps: f32) -> f32 {
-    1.0 / (ss / f32::cast_from(h) + eps).sqrt()
+    let mut partial = Shared::<[f32]>::new_slice(ROW_WG);
+    partial[UNIT_POS as usize] = ss;
+    sync_cube();
+    let mut total = 0.0f32;
+    for i in 0..ROW_WG {
+        total += partial[i];
+    }
+    1.0 / (total / f32::cast_from(h) + eps).sqrt()
 }
 
 #[cube(launch_unchecked)]
 fn rms_norm_kernel(x: &[f32], w: &[f32], out: &mut [f32], h: usize, eps: f32) {
     let base = CUBE_POS * h;
     let mut ss = 0.0f32;
-    let mut e = 0usize;
+    let mut e = UNIT_POS as usize;
     while e < h {
         let v = x[base + e];
         ss += v * v;
-        e += 1;
+        e += ROW_WG;
     }
     let inv = inv_rms(ss, h, eps);
     let mut e = UNIT_POS as usize;
@@ -69,11 +79,11 @@ fn add_rms_norm_kernel(
 ) {
     let base = CUBE_POS * h;
     let mut ss = 0.0f32;
-    let mut e = 0usize;
+    let mut e = UNIT_POS as usize;
     while e < h {
         let v = x[base + e] + delta[base + e];
         ss += v * v;
-        e += 1;
+        e += ROW_WG;
     }
     let inv = inv_rms(ss, h, eps);
     let mut e = UNIT_POS as usize;
