@@ -43,7 +43,11 @@ fn main() {
     let mut next = argmax(&logits);
     let mut toks = vec![next];
     let mut times = Vec::new();
+    let mut cpu0 = 0.0;
     for i in 0..steps {
+        if i == 1 {
+            cpu0 = cpu_ms();
+        }
         let t0 = Instant::now();
         let logits = sync(dec.forward(&[vec![next]], &mut cache, false).expect("step"));
         next = argmax(&logits);
@@ -55,7 +59,9 @@ fn main() {
     let mut rest = times.get(1..).unwrap_or_default().to_vec();
     rest.sort_by(f64::total_cmp);
     if let Some(median) = rest.get(rest.len() / 2) {
-        eprintln!("median step after the first: {median:.1} ms");
+        // CPU time (all threads, lavapipe's included): steadier than wall time on a shared machine.
+        let cpu = (cpu_ms() - cpu0) / rest.len() as f64;
+        eprintln!("median step after the first: {median:.1} ms; CPU time per step {cpu:.1} ms");
     }
     eprintln!("tokens {toks:?}");
     if std::env::var_os("PROFILE_STEPS_ONLY").is_some() {
@@ -156,10 +162,22 @@ fn main() {
             let _ = sync(last.expect("ran").unsqueeze());
             t0.elapsed().as_secs_f64() * 1e3 / reps as f64
         };
+        let c0 = cpu_ms();
         let q = time(&|| gpu::matmul(x.clone(), &w));
+        let qcpu = (cpu_ms() - c0) / (reps + 1) as f64;
         let d = time(&|| x.clone().matmul(dense.clone()));
-        eprintln!("{name} [{n} x {k}] {ty:?}: kiln gemv {q:.2} ms, burn f32 matmul {d:.2} ms");
+        eprintln!("{name} [{n} x {k}] {ty:?}: kiln gemv {q:.2} ms (CPU {qcpu:.2} ms), burn f32 matmul {d:.2} ms");
     }
+}
+
+/// User + system CPU time of this process so far (`/proc/self/stat`, 100 ticks a second), in ms.
+#[cfg(not(target_arch = "wasm32"))]
+fn cpu_ms() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or_default();
+    let fields: Vec<f64> = after.split_whitespace().map(|f| f.parse().unwrap_or(0.0)).collect();
+    // Fields 14 and 15 of the whole line (utime, stime) are the 12th and 13th after the name.
+    (fields.get(11).unwrap_or(&0.0) + fields.get(12).unwrap_or(&0.0)) * 10.0
 }
 
 /// The first launch of each decode kernel (pipeline compilation included) in a fresh process.
