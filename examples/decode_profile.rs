@@ -107,14 +107,21 @@ fn main() {
             "add_rms_norm [1, h]: {:.3} ms",
             time(&|| fused::add_rms_norm(x.clone(), x.clone(), &w, 1e-5).1)
         );
-        eprintln!(
-            "attention t=64: {:.3} ms",
-            time(&|| fused::attention(q.clone(), &keys, &keys, 64))
+        let kv = Tensor::<2>::random(
+            [1, c.num_kv_heads * c.head_dim],
+            Distribution::Uniform(-1.0, 1.0),
+            &dev,
         );
-        eprintln!(
-            "attention t=512: {:.3} ms",
-            time(&|| fused::attention(q.clone(), &keys, &keys, 512))
-        );
+        let table = Tensor::<2>::random([512, c.head_dim / 2], Distribution::Uniform(-1.0, 1.0), &dev);
+        let cache = std::cell::RefCell::new((keys.clone(), keys));
+        let attend = |pos: usize| {
+            let mut slots = cache.borrow_mut();
+            let (k, v) = &mut *slots;
+            let slot = fused::CacheSlot { keys: k, values: v };
+            fused::attention_append(q.clone(), kv.clone(), kv.clone(), (&table, &table), pos, slot)
+        };
+        eprintln!("attention_append pos=63: {:.3} ms", time(&|| attend(63)));
+        eprintln!("attention_append pos=511: {:.3} ms", time(&|| attend(511)));
         eprintln!("burn add [1, h]: {:.3} ms", time(&|| x.clone() + x.clone()));
     }
 
@@ -166,7 +173,9 @@ fn main() {
         let q = time(&|| gpu::matmul(x.clone(), &w));
         let qcpu = (cpu_ms() - c0) / (reps + 1) as f64;
         let d = time(&|| x.clone().matmul(dense.clone()));
-        eprintln!("{name} [{n} x {k}] {ty:?}: kiln gemv {q:.2} ms (CPU {qcpu:.2} ms), burn f32 matmul {d:.2} ms");
+        eprintln!(
+            "{name} [{n} x {k}] {ty:?}: kiln gemv {q:.2} ms (CPU {qcpu:.2} ms), burn f32 matmul {d:.2} ms"
+        );
     }
 }
 
@@ -175,7 +184,10 @@ fn main() {
 fn cpu_ms() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     let after = stat.rsplit(')').next().unwrap_or_default();
-    let fields: Vec<f64> = after.split_whitespace().map(|f| f.parse().unwrap_or(0.0)).collect();
+    let fields: Vec<f64> = after
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or(0.0))
+        .collect();
     // Fields 14 and 15 of the whole line (utime, stime) are the 12th and 13th after the name.
     (fields.get(11).unwrap_or(&0.0) + fields.get(12).unwrap_or(&0.0)) * 10.0
 }
@@ -204,8 +216,18 @@ fn compile_times(dev: &burn::tensor::Device, c: &kiln::model::config::ModelConfi
         fused::add_rms_norm(x.clone(), x.clone(), &w, 1e-5).1
     });
     let keys = Tensor::<4>::random([1, c.num_kv_heads, 256, d], Distribution::Uniform(-1.0, 1.0), dev);
-    let q = r([1, c.num_heads * d]);
-    first("attention", &|| fused::attention(q.clone(), &keys, &keys, 64));
+    let cache = std::cell::RefCell::new((keys.clone(), keys));
+    let (q, kv, table) = (
+        r([1, c.num_heads * d]),
+        r([1, c.num_kv_heads * d]),
+        r([256, d / 2]),
+    );
+    first("attention_append", &|| {
+        let mut slots = cache.borrow_mut();
+        let (k, v) = &mut *slots;
+        let slot = fused::CacheSlot { keys: k, values: v };
+        fused::attention_append(q.clone(), kv.clone(), kv.clone(), (&table, &table), 64, slot)
+    });
     for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
         let row = ty.row_bytes(h).expect("row");
         let raw = vec![0u8; row * 256];

@@ -321,8 +321,9 @@ fn rope(x: Tensor<4>, cos: &Tensor<4>, sin: &Tensor<4>) -> Tensor<4> {
 
 // One decode step (one new position per sequence) on wgpu through the fused kernels of
 // `kernels::gpu::decode`: per layer RMSNorm (fused with the residual add), the q/k/v projections, rope
-// with the cache append, attention over the cache, the output projection, and the MLP with
-// `silu(gate) · up` in one kernel: eleven dispatches per layer where the generic path launches some sixty.
+// with the cache append and attention over the cache in one kernel, the output projection, and the MLP
+// with gate, up and `silu(gate) · up` in one GEMV: eight dispatches per layer where the generic path
+// launches some sixty.
 // Activations are `[b, features]` throughout.
 
 /// The wgpu blocks of a projection without bias (what the fused gate/up GEMV reads).
@@ -348,7 +349,7 @@ impl Decoder {
         let b = tokens.len();
         let (h, d, heads, kv) = (c.hidden_size, c.head_dim, c.num_heads, c.num_kv_heads);
         let eps = c.rms_norm_eps as f32;
-        let (pos, t) = (cache.len, cache.len + 1);
+        let pos = cache.len;
         let mut x = self.embed.rows(tokens, &self.device).reshape([b, h]);
         let mut hn = match self.layers.first() {
             Some(first) => fused::rms_norm(x.clone(), &first.input_norm, eps),
@@ -363,9 +364,8 @@ impl Decoder {
                 k = fused::rms_norm(k.reshape([b * kv, d]), kn, eps).reshape([b, kv * d]);
             }
             let (keys, values) = cache.slots(i, 1);
-            let q = fused::rope_append(q, k, v, (&self.cos, &self.sin), pos, CacheSlot { keys, values });
-            let (keys, values) = cache.slots(i, 1);
-            let attn = fused::attention(q, keys, values, t);
+            let slot = CacheSlot { keys, values };
+            let attn = fused::attention_append(q, k, v, (&self.cos, &self.sin), pos, slot);
             let (x1, hn1) = fused::add_rms_norm(x, apply(&layer.o, attn), &layer.post_attention_norm, eps);
             let act = match (gpu_weight(&layer.gate), gpu_weight(&layer.up)) {
                 (Some(g), Some(u)) => crate::kernels::gpu::matmul_silu_mul(hn1.clone(), g, u),

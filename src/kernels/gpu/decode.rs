@@ -1,6 +1,6 @@
 //! Fused kernels for one decode step (one new position per sequence) on wgpu: each replaces the chain of
 //! burn kernels the generic path launches for the same step (RMSNorm alone is six), so a step takes about
-//! a dozen dispatches per layer instead of some sixty.
+//! ten dispatches per layer instead of some sixty.
 //!
 //! Shapes: `b` sequences, `h` hidden size, `H` / `K` query / key-value heads, `d` head dim (even), `T`
 //! positions cached after this step's append, `A ≥ T` positions allocated in the cache.
@@ -8,14 +8,15 @@
 //! - [`rms_norm`]: `x: [r, h]` → `[r, h]`; [`add_rms_norm`] first adds a residual and returns the sum too.
 //!   One workgroup per row: each thread sums the squares of a strided share of the row, one barrier, then
 //!   every thread adds the partial sums and writes its share of the outputs.
-//! - [`rope_append`]: rotate-half rope on `q: [b, H·d]` and `k: [b, K·d]` at position `pos`, writing
-//!   the rotated keys and `v: [b, K·d]` into the cache `[b, K, A, d]` at position `pos`; returns the
-//!   rotated `q`. One thread per rotated pair.
-//! - [`attention`]: `q: [b, H·d]` against the cache's first `T` positions → `[b, H·d]`, grouped-query
-//!   heads reading their shared key-value head in place (no expanded copy). One workgroup of `ATT_WG`
-//!   threads per (sequence, head): thread `j` takes positions `j, j + ATT_WG, …` with an online softmax
-//!   (running max, sum and `d` weighted values in registers), then one barrier and the merge of the
-//!   `ATT_WG` partial states in shared memory (`ATT_WG · (d + 2)` floats).
+//! - [`attention_append`]: rope at position `pos` on `q: [b, H·d]` and `k: [b, K·d]`, the rotated keys
+//!   and `v: [b, K·d]` written into the cache `[b, K, A, d]` at `pos`, and attention of each query head
+//!   over positions `0..=pos` → `[b, H·d]`, grouped-query heads reading their shared key-value head in
+//!   place (no expanded copy). One workgroup of `ATT_WG` threads per (sequence, head): it rotates its
+//!   query itself; thread `j` takes cached positions `j, j + ATT_WG, …` below `pos` with an online
+//!   softmax (running max, sum and `d` weighted values in registers), thread 0 also the new position from
+//!   the launch's own key and value (no workgroup reads what another writes); then one barrier and the
+//!   merge of the `ATT_WG` partial states in shared memory (`ATT_WG · (d + 2)` floats). The first query
+//!   head of each key-value head writes that head's cache entry.
 //! - [`silu_mul`]: `silu(g) · u` elementwise, `[r, f]` each.
 //!
 //! All f32, no subgroups, no f16 (SwiftShader has neither). Results match the generic path up to f32
@@ -95,113 +96,125 @@ fn add_rms_norm_kernel(
     }
 }
 
+/// One online-softmax step of a thread's state (`m[0]` running max, `m[1]` running sum, `o` weighted
+/// values) for a new score: rescales the state to the new max and returns the new position's weight,
+/// which the caller adds to `m[1]` and times the position's values to `o`.
+#[cube]
+fn online(score: f32, m: &mut Array<f32>, o: &mut Array<f32>, #[comptime] d: usize) -> f32 {
+    if score > m[0] {
+        let c = (m[0] - score).exp();
+        m[1] *= c;
+        #[unroll]
+        for j in 0..d {
+            o[j] *= c;
+        }
+        m[0] = score;
+    }
+    let e = (score - m[0]).exp();
+    m[1] += e;
+    e
+}
+
 #[cube(launch_unchecked)]
-fn rope_append_kernel(
+fn attend_append_kernel(
     q: &[f32],
     k: &[f32],
     v: &[f32],
     cos: &[f32],
     sin: &[f32],
-    q_out: &mut [f32],
     keys: &mut [f32],
     values: &mut [f32],
-    rows: usize,
-    heads: usize,
-    kv_heads: usize,
-    half: usize,
-    pos: usize,
-    alloc: usize,
-) {
-    let idx = ABSOLUTE_POS;
-    let all = heads + kv_heads;
-    if idx < rows * all * half {
-        let i = idx % half;
-        let hh = (idx / half) % all;
-        let r = idx / (half * all);
-        let d = 2 * half;
-        let c = cos[pos * half + i];
-        let s = sin[pos * half + i];
-        if hh < heads {
-            let at = (r * heads + hh) * d;
-            let x1 = q[at + i];
-            let x2 = q[at + i + half];
-            q_out[at + i] = x1 * c - x2 * s;
-            q_out[at + i + half] = x2 * c + x1 * s;
-        } else {
-            let kh = hh - heads;
-            let at = (r * kv_heads + kh) * d;
-            let dst = ((r * kv_heads + kh) * alloc + pos) * d;
-            let x1 = k[at + i];
-            let x2 = k[at + i + half];
-            keys[dst + i] = x1 * c - x2 * s;
-            keys[dst + i + half] = x2 * c + x1 * s;
-            values[dst + i] = v[at + i];
-            values[dst + i + half] = v[at + i + half];
-        }
-    }
-}
-
-#[cube(launch_unchecked)]
-fn attention_kernel(
-    q: &[f32],
-    keys: &[f32],
-    values: &[f32],
     out: &mut [f32],
     heads: usize,
     kv_heads: usize,
-    t: usize,
+    pos: usize,
     alloc: usize,
     sqrt_d: f32,
     #[comptime] d: usize,
 ) {
+    let half = comptime![d / 2];
     let bh = CUBE_POS;
     let bi = bh / heads;
     let head = bh % heads;
-    let kh = head / (heads / kv_heads);
+    let group = heads / kv_heads;
+    let kh = head / group;
     let tid = UNIT_POS as usize;
     let qo = bh * d;
+    let ko = (bi * kv_heads + kh) * d;
+    let cb = pos * half;
     let kv0 = (bi * kv_heads + kh) * alloc * d;
+    // This head's query, rotated.
     let mut qv = Array::<f32>::new(d);
     let mut o = Array::<f32>::new(d);
     #[unroll]
-    for j in 0..d {
-        qv[j] = q[qo + j];
-        o[j] = 0.0;
+    for i in 0..half {
+        let c = cos[cb + i];
+        let s = sin[cb + i];
+        let x1 = q[qo + i];
+        let x2 = q[qo + i + half];
+        qv[i] = x1 * c - x2 * s;
+        qv[i + half] = x2 * c + x1 * s;
+        o[i] = 0.0;
+        o[i + half] = 0.0;
     }
-    // A finite "minus infinity": exp(m - score) is then 0, never NaN.
-    let mut m = f32::cast_from(tid) * 0.0 - 3.0e38;
-    let mut l = 0.0f32;
+    // The first query head of each key-value head writes the rotated key and the value at `pos`
+    // (positions before `pos` are all anyone reads from the cache in this launch).
+    if head == kh * group {
+        let dst = kv0 + pos * d;
+        let mut i = tid;
+        while i < half {
+            let c = cos[cb + i];
+            let s = sin[cb + i];
+            let x1 = k[ko + i];
+            let x2 = k[ko + i + half];
+            keys[dst + i] = x1 * c - x2 * s;
+            keys[dst + i + half] = x2 * c + x1 * s;
+            values[dst + i] = v[ko + i];
+            values[dst + i + half] = v[ko + i + half];
+            i += ATT_WG;
+        }
+    }
+    // (running max, running sum); a finite "minus infinity": exp(m - score) is then 0, never NaN.
+    let mut state = Array::<f32>::new(2usize);
+    state[0] = f32::cast_from(tid) * 0.0 - 3.0e38;
+    state[1] = 0.0;
     let mut p = tid;
-    while p < t {
+    while p < pos {
         let at = kv0 + p * d;
         let mut dot = 0.0f32;
         #[unroll]
         for j in 0..d {
             dot += qv[j] * keys[at + j];
         }
-        let score = dot / sqrt_d;
-        if score > m {
-            let c = (m - score).exp();
-            l *= c;
-            #[unroll]
-            for j in 0..d {
-                o[j] *= c;
-            }
-            m = score;
-        }
-        let e = (score - m).exp();
-        l += e;
+        let e = online(dot / sqrt_d, &mut state, &mut o, d);
         #[unroll]
         for j in 0..d {
             o[j] += e * values[at + j];
         }
         p += ATT_WG;
     }
+    // The new position, from this launch's own key (rotated here) and value.
+    if tid == 0 {
+        let mut dot = 0.0f32;
+        #[unroll]
+        for i in 0..half {
+            let c = cos[cb + i];
+            let s = sin[cb + i];
+            let x1 = k[ko + i];
+            let x2 = k[ko + i + half];
+            dot += qv[i] * (x1 * c - x2 * s) + qv[i + half] * (x2 * c + x1 * s);
+        }
+        let e = online(dot / sqrt_d, &mut state, &mut o, d);
+        #[unroll]
+        for j in 0..d {
+            o[j] += e * v[ko + j];
+        }
+    }
     let mut sm = Shared::<[f32]>::new_slice(ATT_WG);
     let mut sl = Shared::<[f32]>::new_slice(ATT_WG);
     let mut so = Shared::<[f32]>::new_slice(comptime![ATT_WG * d]);
-    sm[tid] = m;
-    sl[tid] = l;
+    sm[tid] = state[0];
+    sl[tid] = state[1];
     #[unroll]
     for j in 0..d {
         so[tid * d + j] = o[j];
@@ -303,19 +316,24 @@ pub fn add_rms_norm(x: Tensor<2>, delta: Tensor<2>, w: &Tensor<1>, eps: f32) -> 
     )
 }
 
-/// Where [`rope_append`] writes: a layer's cache `[b, K, A, d]` (made contiguous in place if it was not).
+/// Where [`attention_append`] writes: a layer's cache `[b, K, A, d]` (made contiguous in place if it
+/// was not).
 pub struct CacheSlot<'a> {
     pub keys: &'a mut Tensor<4>,
     pub values: &'a mut Tensor<4>,
 }
 
-/// Rope at position `pos` (`cos`, `sin`: `[max_pos, d/2]`) on `q: [b, H·d]` and `k: [b, K·d]`; writes the
-/// rotated keys and `v: [b, K·d]` into `slot` at position `pos` and returns the rotated `q`, `[b, H·d]`.
+/// One decode position's attention with its cache append: rotate-half rope at position `pos` (`cos`,
+/// `sin`: `[max_pos, d/2]`) on `q: [b, H·d]` and `k: [b, K·d]`; the rotated keys and `v: [b, K·d]` written
+/// into `slot` at `pos`; softmax attention (scores scaled by `1/√d`) of each rotated query head over
+/// cached positions `0..pos` and the new one, reading key-value head `head / (H / K)` in place.
+/// Returns `[b, H·d]`.
 ///
 /// # Panics
 ///
-/// If the shapes disagree (the cache must be `[b, K, A, d]` with `pos < A`, `pos < max_pos`).
-pub fn rope_append(
+/// If the shapes disagree (the cache must be `[b, K, A, d]` with `pos < A`, `pos < max_pos`, `K`
+/// dividing `H`, `d` even).
+pub fn attention_append(
     q: Tensor<2>,
     k: Tensor<2>,
     v: Tensor<2>,
@@ -325,88 +343,54 @@ pub fn rope_append(
 ) -> Tensor<2> {
     let [b, kv, alloc, d] = slot.keys.dims();
     let [bq, hd] = q.dims();
-    let half = d / 2;
-    let heads = hd / d;
+    let heads = hd / d.max(1);
     assert!(
-        bq == b && hd == heads * d && k.dims() == [b, kv * d] && v.dims() == [b, kv * d],
-        "rope_append: q {:?}, k {:?}, v {:?} do not fit the cache {:?}",
+        bq == b
+            && d % 2 == 0
+            && hd == heads * d
+            && heads % kv == 0
+            && k.dims() == [b, kv * d]
+            && v.dims() == [b, kv * d]
+            && slot.values.dims() == slot.keys.dims(),
+        "attention_append: q {:?}, k {:?}, v {:?} do not fit the cache {:?}",
         q.dims(),
         k.dims(),
         v.dims(),
         slot.keys.dims()
     );
     assert!(
-        pos < alloc && pos < cos.dims()[0] && cos.dims()[1] == half,
-        "rope_append: position {pos}"
+        pos < alloc && pos < cos.dims()[0] && cos.dims()[1] == d / 2 && sin.dims() == cos.dims(),
+        "attention_append: position {pos}"
     );
-    let q = cube(q, "rope_append q");
-    let keys = cube(slot.keys.clone(), "rope_append keys");
-    let values = cube(slot.values.clone(), "rope_append values");
+    let q = cube(q, "attention_append q");
+    let keys = cube(slot.keys.clone(), "attention_append keys");
+    let values = cube(slot.values.clone(), "attention_append values");
     // Keep the (possibly copied) contiguous cache tensors: the kernel writes into them.
     *slot.keys = Tensor::from_primitive::<Cube>(keys.clone());
     *slot.values = Tensor::from_primitive::<Cube>(values.clone());
-    let q_out = empty_like(&q, Shape::new([b, hd]));
-    let total = b * (heads + kv) * half;
-    let dim = CubeDim::new_1d(ROW_WG as u32);
-    let count = cubecl::calculate_cube_count_elemwise(&q.client, total, dim);
-    unsafe {
-        rope_append_kernel::launch_unchecked(
-            &q.client,
-            count,
-            dim,
-            q.clone().into_buffer_arg(),
-            cube(k, "rope_append k").into_buffer_arg(),
-            cube(v, "rope_append v").into_buffer_arg(),
-            cube(cos.clone(), "rope cos").into_buffer_arg(),
-            cube(sin.clone(), "rope sin").into_buffer_arg(),
-            q_out.clone().into_buffer_arg(),
-            keys.into_buffer_arg(),
-            values.into_buffer_arg(),
-            b,
-            heads,
-            kv,
-            half,
-            pos,
-            alloc,
-        );
-    }
-    Tensor::from_primitive::<Cube>(q_out)
-}
-
-/// Softmax attention of one query position per sequence over the first `t` cached positions: `q: [b, H·d]`,
-/// `keys`, `values`: `[b, K, A, d]` (`K` dividing `H`, `t ≤ A`) → `[b, H·d]`, scores scaled by `1/√d`.
-///
-/// # Panics
-///
-/// If the shapes disagree or `t` is 0.
-pub fn attention(q: Tensor<2>, keys: &Tensor<4>, values: &Tensor<4>, t: usize) -> Tensor<2> {
-    let [b, kv, alloc, d] = keys.dims();
-    let [bq, hd] = q.dims();
-    let heads = hd / d.max(1);
-    assert!(
-        bq == b && hd == heads * d && heads % kv == 0 && values.dims() == keys.dims() && 0 < t && t <= alloc,
-        "attention: q {:?}, cache {:?}, t = {t}",
-        q.dims(),
-        keys.dims()
-    );
-    let q = cube(q, "attention q");
     let out = empty_like(&q, Shape::new([b, hd]));
-    unsafe {
-        attention_kernel::launch_unchecked(
-            &q.client,
-            CubeCount::Static((b * heads) as u32, 1, 1),
-            CubeDim::new_1d(ATT_WG as u32),
-            q.clone().into_buffer_arg(),
-            cube(keys.clone(), "attention keys").into_buffer_arg(),
-            cube(values.clone(), "attention values").into_buffer_arg(),
-            out.clone().into_buffer_arg(),
-            heads,
-            kv,
-            t,
-            alloc,
-            (d as f32).sqrt(),
-            d,
-        );
+    if b > 0 {
+        unsafe {
+            attend_append_kernel::launch_unchecked(
+                &q.client,
+                CubeCount::Static((b * heads) as u32, 1, 1),
+                CubeDim::new_1d(ATT_WG as u32),
+                q.clone().into_buffer_arg(),
+                cube(k, "attention_append k").into_buffer_arg(),
+                cube(v, "attention_append v").into_buffer_arg(),
+                cube(cos.clone(), "rope cos").into_buffer_arg(),
+                cube(sin.clone(), "rope sin").into_buffer_arg(),
+                keys.into_buffer_arg(),
+                values.into_buffer_arg(),
+                out.clone().into_buffer_arg(),
+                heads,
+                kv,
+                pos,
+                alloc,
+                (d as f32).sqrt(),
+                d,
+            );
+        }
     }
     Tensor::from_primitive::<Cube>(out)
 }
