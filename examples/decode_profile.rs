@@ -62,6 +62,12 @@ fn main() {
         // CPU time (all threads, lavapipe's included): steadier than wall time on a shared machine.
         let cpu = (cpu_ms() - cpu0) / rest.len() as f64;
         eprintln!("median step after the first: {median:.1} ms; CPU time per step {cpu:.1} ms");
+        let all: f64 = times.iter().sum();
+        eprintln!(
+            "all {} steps: {all:.0} ms ({:.2} tok/s)",
+            times.len(),
+            times.len() as f64 / all * 1e3
+        );
     }
     eprintln!("tokens {toks:?}");
     if std::env::var_os("PROFILE_STEPS_ONLY").is_some() {
@@ -233,11 +239,6 @@ fn compile_times(dev: &burn::tensor::Device, c: &kiln::model::config::ModelConfi
         let raw = vec![0u8; row * 256];
         let wt = gpu::upload(ty, &raw, 256, h, dev).expect("upload");
         first(&format!("gemv {ty:?}"), &|| gpu::matmul(x.clone(), &wt));
-        if ty == GgmlType::Q4_1 {
-            first("gemv+silu Q4_1", &|| {
-                gpu::matmul_silu_mul(x.clone(), &wt, &wt).expect("fits")
-            });
-        }
     }
 }
 

@@ -95,14 +95,6 @@ impl QuantWeight {
         }
     }
 
-    /// The device copy, where the matrix lives on wgpu.
-    pub fn gpu(&self) -> Option<&gpu::GpuWeight> {
-        match &self.store {
-            Store::Gpu(w) => Some(w),
-            Store::Host(_) => None,
-        }
-    }
-
     /// `x: [m, k]` → `x · Wᵀ: [m, n]`, on the weight's device.
     pub fn matmul(&self, x: Tensor<2>) -> Tensor<2> {
         let [m, k] = x.dims();

@@ -26,7 +26,7 @@ use cubecl::prelude::*;
 
 use super::GpuWeight;
 use super::dequant::dequant_elem;
-use super::gemv::{GEMV_MAX_M, GEMV_WG, ROWS_PER_GROUP, gemv_kernel, gemv_silu_kernel};
+use super::gemv::{GEMV_MAX_M, GEMV_WG, ROWS_PER_GROUP, gemv_kernel};
 
 /// Tile edge (outputs per side, and the K step).
 pub(crate) const TILE: usize = 32;
@@ -195,60 +195,4 @@ pub fn matmul(x: Tensor<2>, w: &GpuWeight) -> Tensor<2> {
         }
     }
     Tensor::from_primitive::<Cube>(out)
-}
-
-/// `silu(x · Wgᵀ) · (x · Wuᵀ)` (an MLP's gate and up projections and their product) in one GEMV launch:
-/// `x: [m, k]` → `[m, n]`. `None` where that kernel does not apply (`m > 8`, the weights differ in
-/// format or shape, or either is split into parts): the caller runs the two matmuls instead.
-///
-/// # Panics
-///
-/// If `x` is not `[m, k]` with the weights' `k`, or not on their (wgpu) device.
-pub fn matmul_silu_mul(x: Tensor<2>, gate: &GpuWeight, up: &GpuWeight) -> Option<Tensor<2>> {
-    let [m, k] = x.dims();
-    let fits = (1..=GEMV_MAX_M).contains(&m)
-        && gate.fmt == up.fmt
-        && (gate.n, gate.k) == (up.n, up.k)
-        && gate.parts.len() == 1
-        && up.parts.len() == 1;
-    if !fits {
-        return None;
-    }
-    assert_eq!(
-        k, gate.k,
-        "matmul_silu_mul: x is [{m}, {k}], the weights [{}, {}]",
-        gate.n, gate.k
-    );
-    let x = match x.cast(DType::F32).try_into_primitive::<Cube>() {
-        Ok(x) => into_contiguous(x),
-        Err(e) => panic!("matmul_silu_mul: x is not on a wgpu device: {e:?}"),
-    };
-    assert!(
-        x.device == gate.device && x.device == up.device,
-        "matmul_silu_mul: x and the weights are on different devices"
-    );
-    let out = empty_device_dtype(
-        x.client.clone(),
-        x.device.clone(),
-        Shape::new([m, gate.n]),
-        DType::F32,
-    );
-    let (g, u) = (&gate.parts[0], &up.parts[0]);
-    unsafe {
-        gemv_silu_kernel::launch_unchecked(
-            &gate.client,
-            linear_grid(gate.n.div_ceil(ROWS_PER_GROUP)),
-            CubeDim::new_1d(GEMV_WG as u32),
-            x.clone().into_buffer_arg(),
-            BufferArg::from_raw_parts(g.handle.clone(), g.words),
-            BufferArg::from_raw_parts(u.handle.clone(), u.words),
-            out.clone().into_buffer_arg(),
-            gate.n,
-            gate.k,
-            gate.row_bytes,
-            m,
-            gate.fmt,
-        );
-    }
-    Some(Tensor::from_primitive::<Cube>(out))
 }

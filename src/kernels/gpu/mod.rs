@@ -29,7 +29,7 @@ mod gemv;
 mod matmul;
 
 pub use embed::embedding;
-pub use matmul::{matmul, matmul_silu_mul};
+pub use matmul::matmul;
 
 use burn::backend::Cube;
 use burn::tensor::{Device, Tensor};
