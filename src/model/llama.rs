@@ -322,8 +322,8 @@ fn rope(x: Tensor<4>, cos: &Tensor<4>, sin: &Tensor<4>) -> Tensor<4> {
 // One decode step (one new position per sequence) on wgpu through the fused kernels of
 // `kernels::gpu::decode`: per layer RMSNorm (fused with the residual add), the q/k/v projections, rope
 // with the cache append and attention over the cache in one kernel, the output projection, and the MLP
-// with `silu(gate) · up` in one kernel: nine dispatches per layer where the generic path launches some
-// sixty. (A GEMV computing gate, up and their product in one launch measured no faster per step on
+// with `silu(gate) · up` in one kernel: eleven dispatches per layer (the last, the residual add with the
+// next RMSNorm) where the generic path launches some sixty. (A GEMV computing gate, up and their product in one launch measured no faster per step on
 // lavapipe and cost ~270 ms more pipeline compilation on the first step.)
 // Activations are `[b, features]` throughout.
 

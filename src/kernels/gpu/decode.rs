@@ -1,6 +1,6 @@
 //! Fused kernels for one decode step (one new position per sequence) on wgpu: each replaces the chain of
 //! burn kernels the generic path launches for the same step (RMSNorm alone is six), so a step takes about
-//! ten dispatches per layer instead of some sixty.
+//! eleven dispatches per layer instead of some sixty.
 //!
 //! Shapes: `b` sequences, `h` hidden size, `H` / `K` query / key-value heads, `d` head dim (even), `T`
 //! positions cached after this step's append, `A ≥ T` positions allocated in the cache.
