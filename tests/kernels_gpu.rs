@@ -10,7 +10,9 @@
 //! order differs: its error is below `k · 2⁻²⁴ · Σ|x||w|`, about `4.6e-5 · Σ|x||w|` for the largest
 //! `k = 768` here, and far less for the tree and tile sums.
 //!
-//! Split weights (a tensor over the storage binding limit, in several buffers) are in `kernels_gpu/split.rs`.
+//! Split weights (a tensor over the storage binding limit, in several buffers) are in `kernels_gpu/split.rs`,
+//! the fused decode-step kernels (RMSNorm, rope with the cache append, attention, SiLU·up) in
+//! `kernels_gpu/decode.rs`.
 //!
 //! The host reference is `GgmlType::dequantize` wherever `GgmlType` names the format; for the formats it
 //! does not name yet, this file's `host_dequantize`, a transcription of llama.cpp's `dequantize_row_*`.
@@ -23,6 +25,9 @@ use kiln::loader::GgmlType;
 
 #[path = "kernels_gpu/split.rs"]
 mod split;
+
+#[path = "kernels_gpu/decode.rs"]
+mod decode;
 
 mod quant_kernels;
 

@@ -122,3 +122,34 @@ fn smollm2_q4_k_m_quantized_equals_dequantised() {
     check(data::SMOLLM2_Q4KM, &gpu(), "wgpu", GPU_TOLERANCE);
     check(data::SMOLLM2_Q4KM, &Device::flex(), "flex", CPU_TOLERANCE);
 }
+
+/// The fused wgpu decode step (`Decoder::forward` with one position per sequence) against the generic
+/// path on the same device and weights, over 8 greedy steps of two sequences: the same argmax at every
+/// step, logits within `GPU_TOLERANCE` of the largest (only f32 summation orders differ).
+#[test]
+fn smollm2_fused_decode_step_equals_the_generic_path() {
+    let bytes = data::read(data::SMOLLM2);
+    let tokenizer = ModelTokenizer::from_gguf(&Gguf::parse(&bytes).expect("parses")).expect("tokenizer");
+    let ids = tokenizer.encode(PROMPT, false).expect("encodes");
+    let fused = load(&bytes, &gpu(), false);
+    let mut generic = fused.clone();
+    generic.set_fused(false);
+    let vocab = fused.config.vocab_size;
+    let (mut cf, mut cg) = (fused.new_cache(1, 64), generic.new_cache(1, 64));
+    let prompt = [ids.clone()];
+    let read = |t: burn::tensor::Tensor<3>| t.into_data().try_to_vec::<f32>().expect("f32");
+    let last = read(generic.forward(&prompt, &mut cg, false).expect("prefill"));
+    let _ = fused.forward(&prompt, &mut cf, false).expect("prefill");
+    cf.repeat_rows(2);
+    cg.repeat_rows(2);
+    let argmax = |r: &[f32]| (0..r.len()).max_by(|&i, &j| r[i].total_cmp(&r[j])).unwrap_or(0) as u32;
+    let mut next = vec![vec![argmax(&last)], vec![argmax(&last) ^ 1]];
+    for step in 0..8 {
+        let want = read(generic.forward(&next, &mut cg, false).expect("generic step"));
+        let got = read(fused.forward(&next, &mut cf, false).expect("fused step"));
+        let (rel, disagree) = compare(&got, &want, vocab);
+        assert!(rel <= GPU_TOLERANCE, "step {step}: relative error {rel}");
+        assert_eq!(disagree, 0, "step {step}: the most likely token changes");
+        next = want.chunks(vocab).map(|row| vec![argmax(row)]).collect();
+    }
+}

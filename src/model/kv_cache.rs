@@ -107,6 +107,17 @@ impl KvCache {
         out
     }
 
+    /// Makes room for `s` more positions and returns layer `layer`'s keys and values, `[b, K, allocated,
+    /// d]` each, for a kernel that writes positions `len..len + s` into them itself (the fused wgpu decode
+    /// step; see [`crate::kernels::gpu::decode`]). The caller advances [`KvCache::len`] afterwards.
+    pub fn slots(&mut self, layer: usize, s: usize) -> (&mut Tensor<4>, &mut Tensor<4>) {
+        self.reserve(self.len + s);
+        match &mut self.layers[layer] {
+            Some((keys, values)) => (keys, values),
+            None => unreachable!("reserve allocated every layer"),
+        }
+    }
+
     /// Records `s` appended positions (after every layer's [`KvCache::append`]).
     pub fn advance(&mut self, s: usize) {
         self.len += s;

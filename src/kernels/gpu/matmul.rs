@@ -1,5 +1,5 @@
-//! `y = x · Wᵀ` over packed GGML rows: a GEMV kernel for decode (`m ≤ 8`) and a tiled kernel for
-//! prefill (`m > 8`). Both dequantise in the kernel; no f32 weight is written to global memory.
+//! `y = x · Wᵀ` over packed GGML rows: the launch of the GEMV kernel for decode (`m ≤ 8`, `gemv.rs`) and
+//! a tiled kernel for prefill (`m > 8`). Both dequantise in the kernel; no f32 weight is written to global memory.
 //!
 //! Shapes: `x: [m, k]` f32 (row-major, contiguous), `w`: `n` packed rows of `k` elements, `y: [m, n]` f32.
 //!
@@ -8,11 +8,7 @@
 //! part's first row, `ldo` the whole matrix's `n`). Every output is still one row's dot product in the same
 //! order, so the split changes no bit of `y`.
 //!
-//! **GEMV.** One workgroup of `GEMV_WG` (64) threads per weight row: thread `t` dequantises elements
-//! `t, t + 64, …` of the row (consecutive threads read consecutive bytes) and multiplies each by the same
-//! column of all `m` activation rows, keeping `m` register accumulators; a shared-memory tree then sums
-//! the 64 partial sums of each of the `m` outputs. The weight row is read once for all `m` rows.
-//! Workgroups past `n` (the grid is 2-D when `n` exceeds 65 535) do no work but pass every barrier.
+//! **GEMV** (`m ≤ 8`, decode): in `gemv.rs`, per block, several rows per workgroup.
 //!
 //! **Tiled.** A workgroup of 16 × 16 threads computes a `TILE × TILE` (32 × 32) tile of `y`, each thread
 //! a 2 × 2 sub-tile (rows `ty, ty + 16`, columns `tx, tx + 16`). Per K step of `TILE` elements (one
@@ -30,71 +26,7 @@ use cubecl::prelude::*;
 
 use super::GpuWeight;
 use super::dequant::dequant_elem;
-
-/// GEMV threads per workgroup (a power of two: the tree reduction halves it).
-pub(crate) const GEMV_WG: usize = 64;
-
-/// The largest `m` the GEMV path takes.
-pub(crate) const GEMV_MAX_M: usize = 8;
-
-#[cube(launch_unchecked)]
-pub(crate) fn gemv_kernel(
-    x: &[f32],
-    w: &[u32],
-    out: &mut [f32],
-    n: usize,
-    ldo: usize,
-    col0: usize,
-    k: usize,
-    row_bytes: usize,
-    #[comptime] m: usize,
-    #[comptime] fmt: u32,
-) {
-    let col = CUBE_POS;
-    let tid = UNIT_POS as usize;
-    // m register accumulators.
-    let mut acc = Array::<f32>::new(m);
-    #[unroll]
-    for i in 0..m {
-        acc[i] = 0.0;
-    }
-    if col < n {
-        let base = col * row_bytes;
-        let mut e = tid;
-        while e < k {
-            let wv = dequant_elem(w, base, e, fmt);
-            #[unroll]
-            for i in 0..m {
-                acc[i] += wv * x[i * k + e];
-            }
-            e += GEMV_WG;
-        }
-    }
-    let mut partial = Shared::<[f32]>::new_slice(comptime![m * GEMV_WG]);
-    #[unroll]
-    for i in 0..m {
-        partial[i * GEMV_WG + tid] = acc[i];
-    }
-    sync_cube();
-    // From CUBE_DIM (= GEMV_WG), not `GEMV_WG / 2`: cubecl 0.11 expands a `let mut` initialised from a
-    // Rust constant as a constant, and `stride /= 2` then fails IR verification ("Expected operand type
-    // cube.ptr, but found cube.index").
-    let mut stride = CUBE_DIM as usize / 2;
-    while stride > 0 {
-        if tid < stride {
-            for i in 0..m {
-                let at = i * GEMV_WG + tid;
-                let sum = partial[at] + partial[at + stride];
-                partial[at] = sum;
-            }
-        }
-        sync_cube();
-        stride /= 2;
-    }
-    if tid < m && col < n {
-        out[tid * ldo + col0 + col] = partial[tid * GEMV_WG];
-    }
-}
+use super::gemv::{GEMV_MAX_M, GEMV_WG, ROWS_PER_GROUP, gemv_kernel};
 
 /// Tile edge (outputs per side, and the K step).
 pub(crate) const TILE: usize = 32;
@@ -227,7 +159,7 @@ pub fn matmul(x: Tensor<2>, w: &GpuWeight) -> Tensor<2> {
             unsafe {
                 gemv_kernel::launch_unchecked(
                     &w.client,
-                    linear_grid(part.rows),
+                    linear_grid(part.rows.div_ceil(ROWS_PER_GROUP)),
                     CubeDim::new_1d(GEMV_WG as u32),
                     xs,
                     weights,

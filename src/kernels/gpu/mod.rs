@@ -22,8 +22,10 @@
 //! part, each writing its rows' columns of `y`; [`embedding`] once per part, each writing the rows whose ids
 //! it holds. [`upload_with_limit`] sets a lower limit, so a test can split a small tensor.
 
+pub mod decode;
 mod dequant;
 mod embed;
+mod gemv;
 mod matmul;
 
 pub use embed::embedding;

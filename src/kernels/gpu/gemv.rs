@@ -1,0 +1,321 @@
+//! The decode GEMV: `y = x · Wᵀ` for `m ≤ GEMV_MAX_M` activation rows over packed GGML rows.
+//!
+//! Shapes: `x: [m, k]` f32 (row-major, contiguous), `w`: `n` packed rows of `k` elements, `y: [m, n]` f32,
+//! row `i` of `y` written at `i · ldo + col0` (a weight split into parts writes its own columns; see
+//! `matmul.rs`).
+//!
+//! **Layout.** Each thread owns `RPT` (4) weight rows, `GEMV_WG` (32) rows apart, so a workgroup covers
+//! 128 rows; no shared memory, no barrier. It walks the rows' blocks together: per block it decodes each
+//! row's scale (and min) once, reads the quants a `u32` word at a time, and accumulates
+//! `d · Σ q·x + min · Σ x` into `m · RPT` register accumulators; each `x` element is read once for the
+//! `RPT` rows (and `Σ x` formed once), each weight row once for all `m` rows of `x`. Software Vulkan
+//! (llvmpipe, SwiftShader) runs a workgroup's threads as SIMD lanes of one CPU thread, where barriers,
+//! per-element scale decoding and per-lane loads dominate; that is why the work is per block and per
+//! several rows.
+//!
+//! **Formats.** Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and Q8_0 have a per-block path here; every other format
+//! (F32, F16, BF16, the K-quants, IQ4_XS) decodes its block element by element with
+//! [`dequant_elem`], still a row's blocks in one thread. Each output is a sum in a fixed order (per block,
+//! then across the row's blocks): the same inputs give the same bits on every launch.
+
+use cubecl::prelude::*;
+
+use super::dequant::{block_layout, dequant_elem, f16_to_f32, half_at, id};
+
+/// GEMV threads per workgroup.
+pub(crate) const GEMV_WG: usize = 32;
+
+/// The largest `m` the GEMV path takes.
+pub(crate) const GEMV_MAX_M: usize = 8;
+
+/// Weight rows per thread: each `x` element read serves this many rows.
+pub(crate) const RPT: usize = 4;
+
+/// Weight rows per workgroup.
+pub(crate) const ROWS_PER_GROUP: usize = GEMV_WG * RPT;
+
+/// Elements and bytes of one block of `fmt` (a supported format, checked at upload).
+fn layout(fmt: u32) -> (usize, usize) {
+    block_layout(fmt).unwrap_or((1, 4))
+}
+
+/// The little-endian `u32` at the even byte offset `off` (two 16-bit reads: `off` need not be 4-aligned,
+/// and nothing past the word holding byte `off + 3` is read).
+#[cube]
+fn word_at(w: &[u32], off: usize) -> u32 {
+    half_at(w, off) | (half_at(w, off + 2) << 16)
+}
+
+/// `count` little-endian words from the even byte offset `off` into `q[at..at + count]`, with `count + 1`
+/// aligned loads (`count` when `aligned`, a comptime promise that `off` is a multiple of 4). Where `off`
+/// is 4-aligned the extra load repeats the last word (its bits are shifted out): nothing past the word
+/// holding byte `off + 4·count − 1` is read.
+#[cube]
+fn load_words(
+    w: &[u32],
+    off: usize,
+    q: &mut Array<u32>,
+    at: usize,
+    #[comptime] count: usize,
+    #[comptime] aligned: bool,
+) {
+    let a = off / 4;
+    if comptime![aligned] {
+        #[unroll]
+        for i in 0..count {
+            q[at + i] = w[a + i];
+        }
+    } else {
+        let sh = ((off % 4) * 8) as u32;
+        let last = a + count - 1 + (off % 4) / 2;
+        let mut prev = w[a];
+        #[unroll]
+        for i in 0..count {
+            let mut at_next = a + i + 1;
+            if at_next > last {
+                at_next = last;
+            }
+            let next = w[at_next];
+            // sh is 0 or 16; two shifts of at most 16 keep every shift below 32.
+            q[at + i] = (prev >> sh) | ((next << 16) << (16 - sh));
+            prev = next;
+        }
+    }
+}
+
+/// A signed byte (low 8 bits of `b`) as f32.
+#[cube]
+fn signed(b: u32) -> f32 {
+    f32::cast_from(b & 0xFF) - f32::cast_from(((b >> 7) & 1) * 256)
+}
+
+/// IQ4 codebook entry `q` (as `dequant.rs`'s table).
+#[cube]
+fn iq4(q: u32) -> f32 {
+    let quad = q / 4;
+    let mut word = 0xBFAD_9881u32;
+    if quad == 1 {
+        word = 0xF6EA_DDCFu32;
+    } else if quad == 2 {
+        word = 0x2619_0D01u32;
+    } else if quad == 3 {
+        word = 0x7159_4535u32;
+    }
+    signed(word >> ((q % 4) * 8))
+}
+
+/// Adds block `blk` of each of the `RPT` rows starting at bytes `bases[r]` (elements `e0 = blk ·
+/// block_elems ..`), dotted with each of the `m` rows of `x`, to `acc[i · RPT + r]`.
+#[cube]
+fn dot_block(
+    x: &[f32],
+    w: &[u32],
+    bases: &Array<usize>,
+    blk: usize,
+    k: usize,
+    acc: &mut Array<f32>,
+    #[comptime] m: usize,
+    #[comptime] fmt: u32,
+) {
+    let be = comptime![layout(fmt).0];
+    let bb = comptime![layout(fmt).1];
+    let e0 = blk * be;
+    if comptime![
+        fmt == id::Q4_0 || fmt == id::Q4_1 || fmt == id::Q5_0 || fmt == id::Q5_1 || fmt == id::IQ4_NL
+    ] {
+        // 32 elements: element j < 16 the low nibble of qs[j], j + 16 the high one; Q5 adds bit j of qh.
+        let qs = comptime![match fmt {
+            id::Q4_1 => 4usize,
+            id::Q5_0 => 6usize,
+            id::Q5_1 => 8usize,
+            _ => 2usize,
+        }];
+        let offset = comptime![match fmt {
+            id::Q4_0 => 8.0f32,
+            id::Q5_0 => 16.0f32,
+            _ => 0.0f32,
+        }];
+        let has_min = comptime![fmt == id::Q4_1 || fmt == id::Q5_1];
+        let five = comptime![fmt == id::Q5_0 || fmt == id::Q5_1];
+        let mut bo = Array::<usize>::new(RPT);
+        let mut d = Array::<f32>::new(RPT);
+        let mut mn = Array::<f32>::new(RPT);
+        let mut qh = Array::<u32>::new(RPT);
+        #[unroll]
+        for r in 0..RPT {
+            bo[r] = bases[r] + blk * bb;
+            d[r] = f16_to_f32(half_at(w, bo[r]));
+            mn[r] = 0.0;
+            qh[r] = 0;
+            if comptime![has_min] {
+                mn[r] = f16_to_f32(half_at(w, bo[r] + 2));
+            }
+            if comptime![five] {
+                qh[r] = word_at(w, bo[r] + qs - 4);
+            }
+        }
+        let mut sq = Array::<f32>::new(comptime![m * RPT]);
+        let mut sx = Array::<f32>::new(m);
+        #[unroll]
+        for i in 0..m {
+            sx[i] = 0.0;
+            #[unroll]
+            for r in 0..RPT {
+                sq[i * RPT + r] = 0.0;
+            }
+        }
+        // Q4_1 and Q5_1 blocks (20, 24 bytes) keep every row and field 4-aligned.
+        let mut q = Array::<u32>::new(comptime![4 * RPT]);
+        #[unroll]
+        for r in 0..RPT {
+            load_words(w, bo[r] + qs, &mut q, r * 4, 4usize, has_min);
+        }
+        #[unroll]
+        for wi in 0..4usize {
+            #[unroll]
+            for b in 0..4usize {
+                let j = 4 * wi + b;
+                #[unroll]
+                for i in 0..m {
+                    let xl = x[i * k + e0 + j];
+                    let xh = x[i * k + e0 + j + 16];
+                    if comptime![has_min] {
+                        sx[i] += xl + xh;
+                    }
+                    #[unroll]
+                    for r in 0..RPT {
+                        let word = q[r * 4 + wi];
+                        let mut lo = (word >> ((8 * b) as u32)) & 0xF;
+                        let mut hi = (word >> ((8 * b + 4) as u32)) & 0xF;
+                        if comptime![five] {
+                            lo |= ((qh[r] >> (j as u32)) & 1) << 4;
+                            hi |= ((qh[r] >> ((j + 16) as u32)) & 1) << 4;
+                        }
+                        let mut vl = f32::cast_from(lo) - offset;
+                        let mut vh = f32::cast_from(hi) - offset;
+                        if comptime![fmt == id::IQ4_NL] {
+                            vl = iq4(lo);
+                            vh = iq4(hi);
+                        }
+                        sq[i * RPT + r] += vl * xl + vh * xh;
+                    }
+                }
+            }
+        }
+        #[unroll]
+        for i in 0..m {
+            #[unroll]
+            for r in 0..RPT {
+                acc[i * RPT + r] += d[r] * sq[i * RPT + r] + mn[r] * sx[i];
+            }
+        }
+    } else if comptime![fmt == id::Q8_0] {
+        let mut bo = Array::<usize>::new(RPT);
+        let mut d = Array::<f32>::new(RPT);
+        #[unroll]
+        for r in 0..RPT {
+            bo[r] = bases[r] + blk * bb;
+            d[r] = f16_to_f32(half_at(w, bo[r]));
+        }
+        let mut sq = Array::<f32>::new(comptime![m * RPT]);
+        #[unroll]
+        for i in 0..comptime![m * RPT] {
+            sq[i] = 0.0;
+        }
+        let mut q = Array::<u32>::new(comptime![8 * RPT]);
+        #[unroll]
+        for r in 0..RPT {
+            load_words(w, bo[r] + 2, &mut q, r * 8, 8usize, false);
+        }
+        #[unroll]
+        for wi in 0..8usize {
+            #[unroll]
+            for b in 0..4usize {
+                #[unroll]
+                for i in 0..m {
+                    let xv = x[i * k + e0 + 4 * wi + b];
+                    #[unroll]
+                    for r in 0..RPT {
+                        // Byte b sign-extended: shifted to the top, then an arithmetic shift down.
+                        let v = i32::reinterpret(q[r * 8 + wi] << ((24 - 8 * b) as u32)) >> 24;
+                        sq[i * RPT + r] += f32::cast_from(v) * xv;
+                    }
+                }
+            }
+        }
+        #[unroll]
+        for i in 0..m {
+            #[unroll]
+            for r in 0..RPT {
+                acc[i * RPT + r] += d[r] * sq[i * RPT + r];
+            }
+        }
+    } else {
+        // Element by element (16-bit floats, f32, and the K-quants without a path of their own).
+        let mut j = 0usize;
+        while j < be {
+            let mut v = Array::<f32>::new(RPT);
+            #[unroll]
+            for r in 0..RPT {
+                v[r] = dequant_elem(w, bases[r], e0 + j, fmt);
+            }
+            #[unroll]
+            for i in 0..m {
+                let xv = x[i * k + e0 + j];
+                #[unroll]
+                for r in 0..RPT {
+                    acc[i * RPT + r] += v[r] * xv;
+                }
+            }
+            j += 1;
+        }
+    }
+}
+
+#[cube(launch_unchecked)]
+pub(crate) fn gemv_kernel(
+    x: &[f32],
+    w: &[u32],
+    out: &mut [f32],
+    n: usize,
+    ldo: usize,
+    col0: usize,
+    k: usize,
+    row_bytes: usize,
+    #[comptime] m: usize,
+    #[comptime] fmt: u32,
+) {
+    // Thread `tid` of workgroup `g` owns rows `g · ROWS_PER_GROUP + r · GEMV_WG + tid`, r < RPT. Rows past
+    // `n` compute row `n - 1` again (and write nothing): every thread runs the same control flow.
+    let first = CUBE_POS * ROWS_PER_GROUP + UNIT_POS as usize;
+    let mut bases = Array::<usize>::new(RPT);
+    #[unroll]
+    for r in 0..RPT {
+        let mut row = first + r * GEMV_WG;
+        if row >= n {
+            row = n - 1;
+        }
+        bases[r] = row * row_bytes;
+    }
+    let mut acc = Array::<f32>::new(comptime![m * RPT]);
+    #[unroll]
+    for i in 0..comptime![m * RPT] {
+        acc[i] = 0.0;
+    }
+    let blocks = k / comptime![layout(fmt).0];
+    let mut blk = 0usize;
+    while blk < blocks {
+        dot_block(x, w, &bases, blk, k, &mut acc, m, fmt);
+        blk += 1;
+    }
+    #[unroll]
+    for r in 0..RPT {
+        let row = first + r * GEMV_WG;
+        if row < n {
+            #[unroll]
+            for i in 0..m {
+                out[i * ldo + col0 + row] = acc[i * RPT + r];
+            }
+        }
+    }
+}
