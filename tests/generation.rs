@@ -392,12 +392,23 @@ fn without_template() -> Vec<u8> {
 fn a_model_without_a_chat_template_serves_completions_and_refuses_chat_until_given_one() {
     let file = without_template();
     let m = Model::from_gguf("tiny", &file, &Device::flex()).expect("loads without a template");
-    let done = complete(&m, json!({"prompt": "The sea", "max_tokens": 4, "temperature": 0}));
-    assert_eq!(done.usage.map(|u| u.completion_tokens), Some(4), "completions need no template");
+    let done = complete(
+        &m,
+        json!({"prompt": "The sea", "max_tokens": 4, "temperature": 0}),
+    );
+    assert_eq!(
+        done.usage.map(|u| u.completion_tokens),
+        Some(4),
+        "completions need no template"
+    );
     let req = chat_request(chat_body(json!({})), &m.spec()).expect("valid");
     let e = m.chat(req).err().expect("refused");
     assert_eq!((e.status(), e.code), (400, "no_chat_template"));
-    assert!(e.message.contains("chatTemplate"), "says how to pass one: {}", e.message);
+    assert!(
+        e.message.contains("chatTemplate"),
+        "says how to pass one: {}",
+        e.message
+    );
 
     // The load option: the fixture's own template given back gives the original model's replies.
     let template = match Gguf::parse(include_bytes!("fixtures/gguf/tiny-llama.gguf"))
@@ -415,5 +426,8 @@ fn a_model_without_a_chat_template_serves_completions_and_refuses_chat_until_giv
     let bad = Model::from_gguf("tiny", &file, &Device::flex())
         .unwrap()
         .with_chat_template("{% for m in messages %}");
-    assert!(bad.is_err(), "a template that does not compile is refused at load");
+    assert!(
+        bad.is_err(),
+        "a template that does not compile is refused at load"
+    );
 }
