@@ -94,7 +94,7 @@ pub(crate) fn f16_to_f32(h: u32) -> f32 {
 /// Scale (bits 0..6) and min (bits 8..14) of sub-block `j` (0..8) of a Q4_K/Q5_K super-block whose 12
 /// scale bytes start at `sc` (llama.cpp's `get_scale_min_k4`).
 #[cube]
-fn scale_min_k4(w: &[u32], sc: usize, j: usize) -> u32 {
+pub(crate) fn scale_min_k4(w: &[u32], sc: usize, j: usize) -> u32 {
     if j < 4 {
         (byte_at(w, sc + j) & 63) | ((byte_at(w, sc + j + 4) & 63) << 8)
     } else {

@@ -13,14 +13,14 @@
 //! per-element scale decoding and per-lane loads dominate; that is why the work is per block and per
 //! several rows.
 //!
-//! **Formats.** Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and Q8_0 have a per-block path here; every other format
-//! (F32, F16, BF16, the K-quants, IQ4_XS) decodes its block element by element with
+//! **Formats.** Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q8_0, Q4_K and Q6_K have a per-block path here; every
+//! other format (F32, F16, BF16, Q2_K, Q3_K, Q5_K, IQ4_XS) decodes its block element by element with
 //! [`dequant_elem`], still a row's blocks in one thread. Each output is a sum in a fixed order (per block,
 //! then across the row's blocks): the same inputs give the same bits on every launch.
 
 use cubecl::prelude::*;
 
-use super::dequant::{block_layout, dequant_elem, f16_to_f32, half_at, id};
+use super::dequant::{block_layout, byte_at, dequant_elem, f16_to_f32, half_at, id, scale_min_k4};
 
 /// GEMV threads per workgroup.
 pub(crate) const GEMV_WG: usize = 32;
@@ -249,6 +249,143 @@ fn dot_block(
             for r in 0..RPT {
                 acc[i * RPT + r] += d[r] * sq[i * RPT + r];
             }
+        }
+    } else if comptime![fmt == id::Q4_K] {
+        // d, dmin, scales[12], qs[128] (144 bytes: every row and field 4-aligned). Four 64-element chunks,
+        // each two sub-blocks of 32 (low nibbles of qs[32c..32c + 32], then the high ones) with their own
+        // 6-bit scale and min: `Σ (d·sc)·q·x − (dmin·mn)·Σx` per sub-block.
+        let mut bo = Array::<usize>::new(RPT);
+        let mut d = Array::<f32>::new(RPT);
+        let mut dm = Array::<f32>::new(RPT);
+        #[unroll]
+        for r in 0..RPT {
+            bo[r] = bases[r] + blk * bb;
+            d[r] = f16_to_f32(half_at(w, bo[r]));
+            dm[r] = f16_to_f32(half_at(w, bo[r] + 2));
+        }
+        let mut c = 0usize;
+        while c < 4 {
+            let mut sl = Array::<f32>::new(comptime![m * RPT]);
+            let mut sh = Array::<f32>::new(comptime![m * RPT]);
+            let mut xl = Array::<f32>::new(m);
+            let mut xh = Array::<f32>::new(m);
+            #[unroll]
+            for i in 0..m {
+                xl[i] = 0.0;
+                xh[i] = 0.0;
+                #[unroll]
+                for r in 0..RPT {
+                    sl[i * RPT + r] = 0.0;
+                    sh[i * RPT + r] = 0.0;
+                }
+            }
+            let mut q = Array::<u32>::new(comptime![8 * RPT]);
+            #[unroll]
+            for r in 0..RPT {
+                load_words(w, bo[r] + 16 + 32 * c, &mut q, r * 8, 8usize, true);
+            }
+            let ec = e0 + 64 * c;
+            #[unroll]
+            for wi in 0..8usize {
+                #[unroll]
+                for b in 0..4usize {
+                    let l = 4 * wi + b;
+                    #[unroll]
+                    for i in 0..m {
+                        let vl = x[i * k + ec + l];
+                        let vh = x[i * k + ec + 32 + l];
+                        xl[i] += vl;
+                        xh[i] += vh;
+                        #[unroll]
+                        for r in 0..RPT {
+                            let word = q[r * 8 + wi];
+                            let lo = (word >> ((8 * b) as u32)) & 0xF;
+                            let hi = (word >> ((8 * b + 4) as u32)) & 0xF;
+                            sl[i * RPT + r] += f32::cast_from(lo) * vl;
+                            sh[i * RPT + r] += f32::cast_from(hi) * vh;
+                        }
+                    }
+                }
+            }
+            #[unroll]
+            for r in 0..RPT {
+                let a = scale_min_k4(w, bo[r] + 4, 2 * c);
+                let z = scale_min_k4(w, bo[r] + 4, 2 * c + 1);
+                let (sa, ma) = (f32::cast_from(a & 0xFF), f32::cast_from(a >> 8));
+                let (sz, mz) = (f32::cast_from(z & 0xFF), f32::cast_from(z >> 8));
+                #[unroll]
+                for i in 0..m {
+                    acc[i * RPT + r] += d[r] * sa * sl[i * RPT + r] - dm[r] * ma * xl[i]
+                        + (d[r] * sz * sh[i * RPT + r] - dm[r] * mz * xh[i]);
+                }
+            }
+            c += 1;
+        }
+    } else if comptime![fmt == id::Q6_K] {
+        // ql[128], qh[64], scales[16] (i8), d (210 bytes: fields 2-aligned). Two 128-element halves; in
+        // half h, element 32·qq + l (quarter qq, l < 32) is nibble qq / 2 of ql[64h + l + 32·(qq % 2)] with
+        // bits 2qq.. of qh[32h + l] above it, minus 32, times scale 8h + 2qq + l / 16: `d · Σ sc·(q − 32)·x`.
+        let mut bo = Array::<usize>::new(RPT);
+        let mut d = Array::<f32>::new(RPT);
+        #[unroll]
+        for r in 0..RPT {
+            bo[r] = bases[r] + blk * bb;
+            d[r] = f16_to_f32(half_at(w, bo[r] + 208));
+        }
+        let mut h = 0usize;
+        while h < 2 {
+            let mut sq = Array::<f32>::new(comptime![m * RPT]);
+            #[unroll]
+            for i in 0..comptime![m * RPT] {
+                sq[i] = 0.0;
+            }
+            let mut ql = Array::<u32>::new(comptime![16 * RPT]);
+            let mut qh = Array::<u32>::new(comptime![8 * RPT]);
+            let mut sc = Array::<f32>::new(comptime![8 * RPT]);
+            #[unroll]
+            for r in 0..RPT {
+                load_words(w, bo[r] + 64 * h, &mut ql, r * 16, 16usize, false);
+                load_words(w, bo[r] + 128 + 32 * h, &mut qh, r * 8, 8usize, false);
+                #[unroll]
+                for g in 0..8usize {
+                    sc[r * 8 + g] = signed(byte_at(w, bo[r] + 192 + 8 * h + g));
+                }
+            }
+            let eh = e0 + 128 * h;
+            // The word loop stays a loop: unrolled, the 4 × 4 × m × RPT body took lavapipe minutes to
+            // compile.
+            let mut wi = 0usize;
+            while wi < 8 {
+                #[unroll]
+                for b in 0..4usize {
+                    let l = 4 * wi + b;
+                    #[unroll]
+                    for qq in 0..4usize {
+                        let g = 2 * qq + l / 16;
+                        #[unroll]
+                        for i in 0..m {
+                            let xv = x[i * k + eh + 32 * qq + l];
+                            #[unroll]
+                            for r in 0..RPT {
+                                let lw = ql[r * 16 + wi + 8 * (qq % 2)];
+                                let lo = (lw >> ((8 * b + 4 * (qq / 2)) as u32)) & 0xF;
+                                let hb = (qh[r * 8 + wi] >> ((8 * b + 2 * qq) as u32)) & 3;
+                                let v = f32::cast_from(lo | (hb << 4)) - 32.0;
+                                sq[i * RPT + r] += sc[r * 8 + g] * v * xv;
+                            }
+                        }
+                    }
+                }
+                wi += 1;
+            }
+            #[unroll]
+            for i in 0..m {
+                #[unroll]
+                for r in 0..RPT {
+                    acc[i * RPT + r] += d[r] * sq[i * RPT + r];
+                }
+            }
+            h += 1;
         }
     } else {
         // Element by element (16-bit floats, f32, and the K-quants without a path of their own).
