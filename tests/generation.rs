@@ -370,21 +370,12 @@ fn a_cancelled_stream_stops_at_its_next_step() {
 
 /// The fixture rewritten without `tokenizer.chat_template`, as a base model's GGUF is.
 fn without_template() -> Vec<u8> {
-    use kiln::loader::gguf_write::{TensorOut, write};
+    use kiln::loader::gguf_write::{tensors_of, write};
     let bytes = include_bytes!("fixtures/gguf/tiny-llama.gguf");
     let g = Gguf::parse(bytes).expect("the fixture parses");
     let mut metadata = g.metadata.clone();
     assert!(metadata.remove("tokenizer.chat_template").is_some());
-    let tensors: Vec<TensorOut<'_>> = g
-        .tensors
-        .iter()
-        .map(|(name, info)| TensorOut {
-            name,
-            ty: info.ty,
-            dims: &info.dims,
-            data: g.data(info),
-        })
-        .collect();
+    let tensors = tensors_of(&g);
     write(&metadata, &tensors).expect("written")
 }
 

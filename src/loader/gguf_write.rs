@@ -43,6 +43,20 @@ pub enum WriteError {
     Io(String),
 }
 
+/// The tensors of a parsed file as they are stored, borrowed, in file order: what [`write`] takes to
+/// rewrite the file with other metadata.
+pub fn tensors_of<'a>(g: &'a crate::loader::Gguf<'a>) -> Vec<TensorOut<'a>> {
+    g.tensors
+        .iter()
+        .map(|(name, info)| TensorOut {
+            name,
+            ty: info.ty,
+            dims: &info.dims,
+            data: g.data(info),
+        })
+        .collect()
+}
+
 /// The GGUF file of `metadata` and `tensors`, as bytes.
 pub fn write(metadata: &BTreeMap<String, Value>, tensors: &[TensorOut<'_>]) -> Result<Vec<u8>, WriteError> {
     let mut out = Vec::new();
@@ -237,19 +251,6 @@ fn put_value(out: &mut Vec<u8>, v: &Value) {
 mod tests {
     use super::*;
     use crate::loader::Gguf;
-
-    /// The tensors of a parsed file, borrowed, in file order.
-    fn tensors_of<'a>(g: &'a Gguf<'a>) -> Vec<TensorOut<'a>> {
-        g.tensors
-            .iter()
-            .map(|(name, info)| TensorOut {
-                name,
-                ty: info.ty,
-                dims: &info.dims,
-                data: g.data(info),
-            })
-            .collect()
-    }
 
     #[test]
     fn fixtures_round_trip() {

@@ -69,7 +69,7 @@ pub(crate) fn half_at(w: &[u32], off: usize) -> u32 {
 
 /// A signed byte as f32.
 #[cube]
-fn signed_byte(b: u32) -> f32 {
+pub(crate) fn signed_byte(b: u32) -> f32 {
     f32::cast_from(b) - f32::cast_from((b >> 7) * 256)
 }
 
@@ -108,7 +108,7 @@ pub(crate) fn scale_min_k4(w: &[u32], sc: usize, j: usize) -> u32 {
 /// Entry `q` (0..16) of the IQ4 codebook (`kvalues_iq4nl`: −127, −104, −83, −65, −49, −35, −22, −10, 1,
 /// 13, 25, 38, 53, 69, 89, 113), read from its sixteen signed bytes packed little-endian into four words.
 #[cube]
-fn iq4_value(q: u32) -> f32 {
+pub(crate) fn iq4_value(q: u32) -> f32 {
     let quad = q / 4;
     let mut word = 0xBFAD_9881u32;
     if quad == 1 {

@@ -20,7 +20,9 @@
 
 use cubecl::prelude::*;
 
-use super::dequant::{block_layout, byte_at, dequant_elem, f16_to_f32, half_at, id, scale_min_k4};
+use super::dequant::{
+    block_layout, byte_at, dequant_elem, f16_to_f32, half_at, id, iq4_value, scale_min_k4, signed_byte,
+};
 
 /// GEMV threads per workgroup.
 pub(crate) const GEMV_WG: usize = 32;
@@ -81,27 +83,6 @@ fn load_words(
             prev = next;
         }
     }
-}
-
-/// A signed byte (low 8 bits of `b`) as f32.
-#[cube]
-fn signed(b: u32) -> f32 {
-    f32::cast_from(b & 0xFF) - f32::cast_from(((b >> 7) & 1) * 256)
-}
-
-/// IQ4 codebook entry `q` (as `dequant.rs`'s table).
-#[cube]
-fn iq4(q: u32) -> f32 {
-    let quad = q / 4;
-    let mut word = 0xBFAD_9881u32;
-    if quad == 1 {
-        word = 0xF6EA_DDCFu32;
-    } else if quad == 2 {
-        word = 0x2619_0D01u32;
-    } else if quad == 3 {
-        word = 0x7159_4535u32;
-    }
-    signed(word >> ((q % 4) * 8))
 }
 
 /// Adds block `blk` of each of the `RPT` rows starting at bytes `bases[r]` (elements `e0 = blk ·
@@ -194,8 +175,8 @@ fn dot_block(
                         let mut vl = f32::cast_from(lo) - offset;
                         let mut vh = f32::cast_from(hi) - offset;
                         if comptime![fmt == id::IQ4_NL] {
-                            vl = iq4(lo);
-                            vh = iq4(hi);
+                            vl = iq4_value(lo);
+                            vh = iq4_value(hi);
                         }
                         sq[i * RPT + r] += vl * xl + vh * xh;
                     }
@@ -348,7 +329,7 @@ fn dot_block(
                 load_words(w, bo[r] + 128 + 32 * h, &mut qh, r * 8, 8usize, false);
                 #[unroll]
                 for g in 0..8usize {
-                    sc[r * 8 + g] = signed(byte_at(w, bo[r] + 192 + 8 * h + g));
+                    sc[r * 8 + g] = signed_byte(byte_at(w, bo[r] + 192 + 8 * h + g));
                 }
             }
             let eh = e0 + 128 * h;
