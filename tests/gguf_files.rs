@@ -163,7 +163,7 @@ fn metadata_resolves_like_config_json() {
     let from_json =
         kiln::model::ModelConfig::from_json(include_bytes!("fixtures/golden/llama/config.json")).unwrap();
     // GGUF carries Llama 3 rope scaling as precomputed per-frequency factors (`rope_freqs.weight`).
-    let (a, b) = (from_gguf.inv_freq(), from_json.inv_freq());
+    let (a, b) = (from_gguf.ropes[0].inv_freq(false), from_json.ropes[0].inv_freq(false));
     let rel = a
         .iter()
         .zip(&b)
@@ -173,8 +173,7 @@ fn metadata_resolves_like_config_json() {
     // GGUF stores the epsilon as f32.
     assert_eq!(from_gguf.rms_norm_eps as f32, from_json.rms_norm_eps as f32);
     let strip = |c: kiln::model::ModelConfig| kiln::model::ModelConfig {
-        rope_scaling: None,
-        rope_factors: None,
+        ropes: vec![kiln::model::layers::rope::Rope::plain(c.ropes[0].theta, c.head_dim)],
         rms_norm_eps: 0.0,
         ..c
     };

@@ -12,7 +12,7 @@ use burn::tensor::Device;
 use super::EngineError;
 use super::model::Model;
 use crate::kernels::QuantWeight;
-use crate::loader::gguf_model::{self, ROPE_FREQS};
+use crate::loader::gguf_model::{self, CONFIG_TENSORS, Fixups};
 use crate::loader::stream::{Event, GgufStream};
 use crate::loader::{Gguf, LoadError, checkpoint_shapes};
 use crate::model::{Decoder, ModelConfig, Placed, Staged};
@@ -28,8 +28,8 @@ struct Staging {
     tokenizer: ModelTokenizer,
     /// GGUF name → Hugging Face name.
     names: BTreeMap<String, String>,
-    /// `(heads, kv_heads)` for `llama` files, whose q/k rows are stored permuted.
-    permuted: Option<(usize, usize)>,
+    /// The converter's changes to undo (q/k permutation, norm shift).
+    fixups: Fixups,
     staged: Staged,
     loaded: u64,
     total: u64,
@@ -142,8 +142,8 @@ fn handle(
             let Some(s) = staging.as_mut() else {
                 return Ok(());
             };
-            if name == ROPE_FREQS {
-                gguf_model::rope_factors(&mut s.config, info, bytes)?;
+            if CONFIG_TENSORS.contains(&name) {
+                gguf_model::config_tensor(&mut s.config, name, info, bytes)?;
                 s.loaded = (s.loaded + bytes.len() as u64).min(s.total);
                 on_upload(s.loaded, s.total);
                 return Ok(());
@@ -153,7 +153,7 @@ fn handle(
                 .get(name)
                 .ok_or_else(|| LoadError::Extra(name.into()))?
                 .clone();
-            let raw = gguf_model::prepare(&hf, name, info, bytes, s.permuted)?;
+            let raw = gguf_model::prepare(&hf, name, info, bytes, s.fixups)?;
             let placed = Placed::new(&hf, &raw, device)?;
             s.staged.insert(hf, placed);
             s.loaded = (s.loaded + bytes.len() as u64).min(s.total);
@@ -168,23 +168,24 @@ fn handle(
 fn stage(g: &Gguf<'static>, device: &Device, limit: Option<u64>) -> Result<Staging, EngineError> {
     let config = gguf_model::config_from_metadata(g)?;
     let tokenizer = ModelTokenizer::from_gguf(g)?;
-    let permuted = gguf_model::permutation(g, &config)?;
+    let fixups = gguf_model::fixups(&config);
     let expected: BTreeMap<String, Vec<usize>> = checkpoint_shapes(&config).into_iter().collect();
     let mut names = BTreeMap::new();
     for (name, info) in &g.tensors {
-        if name == ROPE_FREQS {
+        if CONFIG_TENSORS.contains(&name.as_str()) {
             // Read into the config when it arrives; its shape is known now.
-            if info.shape() != [config.head_dim / 2] {
+            let expected = gguf_model::config_tensor_shape(&config);
+            if info.shape() != expected {
                 return Err(LoadError::Shape {
-                    name: ROPE_FREQS.into(),
-                    expected: vec![config.head_dim / 2],
+                    name: name.clone(),
+                    expected,
                     actual: info.shape(),
                 }
                 .into());
             }
             continue;
         }
-        let hf = gguf_model::hf_name(name).ok_or_else(|| LoadError::Extra(name.clone()))?;
+        let hf = config.arch.hf_name_of(name).ok_or_else(|| LoadError::Extra(name.clone()))?;
         let shape = expected.get(&hf).ok_or_else(|| LoadError::Extra(name.clone()))?;
         if info.shape() != *shape {
             return Err(LoadError::Shape {
@@ -201,7 +202,7 @@ fn stage(g: &Gguf<'static>, device: &Device, limit: Option<u64>) -> Result<Stagi
         .iter()
         .find(|(hf, _)| *hf != "lm_head.weight" && !present.contains(hf.as_str()))
     {
-        let g_name = gguf_model::gguf_name(missing).unwrap_or_default();
+        let g_name = config.arch.gguf_name(missing).unwrap_or_default();
         return Err(LoadError::Missing(format!("{g_name} ({missing})")).into());
     }
     if let Some(limit) = limit {
@@ -213,7 +214,7 @@ fn stage(g: &Gguf<'static>, device: &Device, limit: Option<u64>) -> Result<Stagi
         config,
         tokenizer,
         names,
-        permuted,
+        fixups,
         staged: Staged::new(),
         loaded: 0,
         total,

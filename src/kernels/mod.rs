@@ -150,6 +150,30 @@ pub fn silu_mul<const D: usize>(gate: Tensor<D>, up: Tensor<D>) -> Tensor<D> {
     }
 }
 
+/// `gelu_tanh(gate) · up`, element-wise (Gemma's gated MLP), on the tensors' device: one pass with a
+/// vectorized `exp` on the CPU backend ([`cpu::activation`]), burn's ops elsewhere.
+pub fn gelu_tanh_mul<const D: usize>(gate: Tensor<D>, up: Tensor<D>) -> Tensor<D> {
+    match gate.device().as_dispatch() {
+        DispatchDevice::Flex(_) => {
+            let shape = gate.shape();
+            let out = with_flex_values(gate, |g| {
+                with_flex_values(up, |u| {
+                    let mut out = vec![0.0; g.len()];
+                    cpu::activation::gelu_tanh_mul(g, u, &mut out);
+                    out
+                })
+            });
+            Tensor::from_primitive::<Flex>(FlexTensor::from_data(TensorData::new(out, shape)))
+        }
+        _ => {
+            // 0.5·g·(1 + tanh(√(2/π)·(g + 0.044715·g³))).
+            let cube = gate.clone().powi_scalar(3).mul_scalar(0.044_715);
+            let inner = (gate.clone() + cube).mul_scalar((2.0 / std::f64::consts::PI).sqrt());
+            gate.mul_scalar(0.5) * inner.tanh().add_scalar(1.0) * up
+        }
+    }
+}
+
 /// Softmax over the last dimension, on the tensor's device: one pass per row with a vectorized `exp` on
 /// the CPU backend ([`cpu::activation`]), burn's `softmax` elsewhere.
 pub fn softmax_last<const D: usize>(x: Tensor<D>) -> Tensor<D> {

@@ -1,26 +1,23 @@
-//! A GGUF file as a Llama-family model: metadata → [`ModelConfig`] (through the same resolver as
-//! `config.json`), and llama.cpp tensor names → Hugging Face names, with the converter's q/k row permutation
-//! undone for `llama`-architecture files.
+//! A GGUF file as a model: metadata → [`ModelConfig`] (translated by the file's architecture into the
+//! mirror of `config.json`, then resolved by the same function), llama.cpp tensor names → Hugging Face
+//! names, and the converter's changes undone so that both formats hold the same values: the q/k row
+//! permutation of Llama-style files, the `1 + w` of Gemma's norms. This module knows no architecture; it
+//! reads metadata for them ([`Meta`]) and asks [`Arch`].
 //!
 //! llama.cpp's `convert_hf_to_gguf.py` permutes the rows of `q_proj` and `k_proj` (weights and biases) of
 //! Llama/Mistral checkpoints so that its interleaved-pair rope applies: within each head of `d` rows, HF row
-//! `half·d/2 + i` is stored at row `2i + half`. Qwen2/Qwen3 files keep HF order (llama.cpp uses NeoX rope
-//! for them).
+//! `half·d/2 + i` is stored at row `2i + half`. NeoX-rope families (Qwen, Gemma, Phi-3) keep HF order.
 
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use super::gguf::{Gguf, GgufError, TensorInfo};
+use super::quant::GgmlType;
 use super::{LoadError, RawTensor, Weights};
 use crate::model::ModelConfig;
+use crate::model::arch::{Arch, phi3};
 use crate::model::config::HfConfig;
-
-/// GGUF `general.architecture` → the Hugging Face architecture it resolves as.
-const ARCHS: [(&str, &str); 3] = [
-    ("llama", "LlamaForCausalLM"),
-    ("qwen2", "Qwen2ForCausalLM"),
-    ("qwen3", "Qwen3ForCausalLM"),
-];
+use crate::model::layers::rope::RopeScaling;
 
 fn meta(key: &str, reason: impl Into<String>) -> LoadError {
     LoadError::Gguf(GgufError::Metadata {
@@ -29,12 +26,154 @@ fn meta(key: &str, reason: impl Into<String>) -> LoadError {
     })
 }
 
-/// Resolves the model config from GGUF metadata (`<arch>.*` keys) and, for Llama 3 rope scaling, the
-/// `rope_freqs.weight` tensor.
+/// The file's `general.architecture`.
+pub fn arch(g: &Gguf<'_>) -> Result<Arch, LoadError> {
+    let name = g
+        .str("general.architecture")?
+        .ok_or_else(|| meta("general.architecture", "is missing"))?;
+    Ok(Arch::of_gguf(name)?)
+}
+
+/// A file's metadata as an architecture reads it: `<arch>.<key>` values, typed, with errors naming the key.
+pub struct Meta<'g, 'a> {
+    g: &'g Gguf<'a>,
+    arch: String,
+}
+
+impl<'g, 'a> Meta<'g, 'a> {
+    pub fn new(g: &'g Gguf<'a>) -> Result<Self, LoadError> {
+        let arch = g
+            .str("general.architecture")?
+            .ok_or_else(|| meta("general.architecture", "is missing"))?;
+        Ok(Self {
+            g,
+            arch: arch.to_owned(),
+        })
+    }
+
+    fn key(&self, k: &str) -> String {
+        format!("{}.{k}", self.arch)
+    }
+
+    /// An error naming `<arch>.<k>`.
+    pub fn error(&self, k: &str, reason: impl Into<String>) -> LoadError {
+        meta(&self.key(k), reason)
+    }
+
+    pub fn usize(&self, k: &str) -> Result<usize, LoadError> {
+        Ok(self.g.usize(&self.key(k))?)
+    }
+
+    pub fn opt_usize(&self, k: &str) -> Result<Option<usize>, LoadError> {
+        match self.g.get(&self.key(k)) {
+            None => Ok(None),
+            Some(super::Value::Array(_)) => Err(self.error(k, "is an array, not a number")),
+            Some(_) => Ok(Some(self.usize(k)?)),
+        }
+    }
+
+    pub fn opt_f64(&self, k: &str) -> Result<Option<f64>, LoadError> {
+        match self.g.get(&self.key(k)) {
+            None => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .map(Some)
+                .ok_or_else(|| self.error(k, format!("{v:?} is not a number"))),
+        }
+    }
+
+    /// `<arch>.<k>` when it is an array of flags (or numbers, nonzero = true); `None` when absent or a scalar.
+    pub fn opt_bools(&self, k: &str) -> Result<Option<Vec<bool>>, LoadError> {
+        let Some(super::Value::Array(a)) = self.g.get(&self.key(k)) else {
+            return Ok(None);
+        };
+        match a {
+            super::Array::Bool(v) => Ok(Some(v.clone())),
+            _ => (0..a.len())
+                .map(|i| a.f64_at(i).map(|x| x != 0.0).ok_or_else(|| self.error(k, "is not an array of flags")))
+                .collect::<Result<_, _>>()
+                .map(Some),
+        }
+    }
+
+    pub fn str(&self, k: &str) -> Result<Option<&'g str>, LoadError> {
+        Ok(self.g.str(&self.key(k))?)
+    }
+
+    /// The file's tensor `name`.
+    pub fn tensor(&self, name: &str) -> Option<&'g TensorInfo> {
+        self.g.tensor(name)
+    }
+
+    /// The keys every architecture shares, as the mirror of a `config.json` of architecture `hf_arch`.
+    pub(crate) fn common(&self, hf_arch: &str) -> Result<HfConfig, LoadError> {
+        let embed = self
+            .tensor("token_embd.weight")
+            .ok_or_else(|| LoadError::Missing("token_embd.weight".into()))?;
+        let vocab_size = match self.opt_usize("vocab_size")? {
+            Some(v) => v,
+            None => *embed.dims.get(1).ok_or_else(|| meta("token_embd.weight", "is not 2-D"))?,
+        };
+        let heads = self.usize("attention.head_count")?;
+        let hidden = self.usize("embedding_length")?;
+        let head_dim = self.opt_usize("attention.key_length")?;
+        if let (Some(k), Some(v)) = (head_dim, self.opt_usize("attention.value_length")?)
+            && k != v
+        {
+            return Err(self.error("attention.value_length", format!("{v} differs from key_length {k}")));
+        }
+        let rope_scaling = match self.str("rope.scaling.type")? {
+            None | Some("none") => None,
+            Some("linear") => Some(crate::model::config::RopeFields {
+                rope_type: Some("linear".into()),
+                factor: Some(
+                    self.opt_f64("rope.scaling.factor")?
+                        .ok_or_else(|| self.error("rope.scaling.factor", "is missing for linear scaling"))?,
+                ),
+                ..Default::default()
+            }),
+            Some(other) => {
+                return Err(self.error("rope.scaling.type", format!("rope scaling {other:?} is not supported")));
+            }
+        };
+        let d = head_dim.unwrap_or(if heads > 0 { hidden / heads } else { 0 });
+        let partial_rotary_factor = match self.opt_usize("rope.dimension_count")? {
+            Some(rot) if d > 0 && rot != d => Some(rot as f64 / d as f64),
+            _ => None,
+        };
+        Ok(HfConfig {
+            architectures: vec![hf_arch.to_owned()],
+            vocab_size,
+            hidden_size: hidden,
+            intermediate_size: self.usize("feed_forward_length")?,
+            num_hidden_layers: self.usize("block_count")?,
+            num_attention_heads: heads,
+            num_key_value_heads: self.opt_usize("attention.head_count_kv")?,
+            head_dim,
+            rms_norm_eps: Some(
+                self.opt_f64("attention.layer_norm_rms_epsilon")?
+                    .ok_or_else(|| self.error("attention.layer_norm_rms_epsilon", "is missing"))?,
+            ),
+            rope_theta: self.opt_f64("rope.freq_base")?,
+            rope_scaling,
+            partial_rotary_factor,
+            max_position_embeddings: Some(self.opt_usize("context_length")?.unwrap_or(2048)),
+            tie_word_embeddings: Some(self.tensor("output.weight").is_none()),
+            attention_bias: Some(self.tensor("blk.0.attn_q.bias").is_some()),
+            sliding_window: self.opt_usize("attention.sliding_window")?,
+            ..HfConfig::default()
+        })
+    }
+}
+
+/// Resolves the model config from GGUF metadata and the tensors that belong to the config
+/// ([`CONFIG_TENSORS`]: rope frequency factors).
 pub fn config(g: &Gguf<'_>) -> Result<ModelConfig, LoadError> {
     let mut config = config_from_metadata(g)?;
-    if let Some(info) = g.tensor(ROPE_FREQS) {
-        rope_factors(&mut config, info, g.data(info))?;
+    for name in CONFIG_TENSORS {
+        if let Some(info) = g.tensor(name) {
+            config_tensor(&mut config, name, info, g.data(info))?;
+        }
     }
     Ok(config)
 }
@@ -42,120 +181,83 @@ pub fn config(g: &Gguf<'_>) -> Result<ModelConfig, LoadError> {
 /// The tensor of Llama 3 rope frequency factors, which the config consumes.
 pub const ROPE_FREQS: &str = "rope_freqs.weight";
 
-/// [`config`] from the metadata alone (a header parsed before the tensor data arrives): without the rope
-/// factors of `rope_freqs.weight`, which [`rope_factors`] adds once its bytes are there.
+/// Tensors that hold config values rather than weights: Llama 3's `rope_freqs`, LongRoPE's long and short
+/// factors. Each is `[rotary_dim / 2]`.
+pub const CONFIG_TENSORS: [&str; 3] = [ROPE_FREQS, phi3::ROPE_LONG, phi3::ROPE_SHORT];
+
+/// [`config`] from the metadata alone (a header parsed before the tensor data arrives): without the
+/// values of [`CONFIG_TENSORS`], which [`config_tensor`] adds once their bytes are there.
 pub fn config_from_metadata(g: &Gguf<'_>) -> Result<ModelConfig, LoadError> {
-    let arch = g
-        .str("general.architecture")?
-        .ok_or_else(|| meta("general.architecture", "is missing"))?;
-    let hf_arch = ARCHS
-        .iter()
-        .find(|(a, _)| *a == arch)
-        .map(|(_, hf)| hf.to_string())
-        .ok_or_else(|| crate::model::ConfigError::Unsupported(format!("GGUF architecture `{arch}`")))?;
-    let key = |k: &str| format!("{arch}.{k}");
-    let opt_usize = |k: &str| -> Result<Option<usize>, LoadError> {
-        match g.get(&key(k)) {
-            None => Ok(None),
-            Some(_) => Ok(Some(g.usize(&key(k))?)),
-        }
-    };
-    let opt_f64 = |k: &str| -> Result<Option<f64>, LoadError> {
-        match g.get(&key(k)) {
-            None => Ok(None),
-            Some(v) => v
-                .as_f64()
-                .map(Some)
-                .ok_or_else(|| meta(&key(k), format!("{v:?} is not a number"))),
-        }
-    };
-    let embed = g
-        .tensor("token_embd.weight")
-        .ok_or_else(|| LoadError::Missing("token_embd.weight".into()))?;
-    let vocab_size = match opt_usize("vocab_size")? {
-        Some(v) => v,
-        None => *embed
-            .dims
-            .get(1)
-            .ok_or_else(|| meta("token_embd.weight", "is not 2-D"))?,
-    };
-    let heads = g.usize(&key("attention.head_count"))?;
-    let head_dim = opt_usize("attention.key_length")?;
-    if let (Some(k), Some(v)) = (head_dim, opt_usize("attention.value_length")?)
-        && k != v
-    {
-        return Err(meta(
-            &key("attention.value_length"),
-            format!("{v} differs from key_length {k}"),
-        ));
-    }
-    match g.str(&key("rope.scaling.type"))? {
-        None | Some("none") => {}
-        Some(other) => {
-            return Err(meta(
-                &key("rope.scaling.type"),
-                format!("rope scaling {other:?} is not supported"),
-            ));
-        }
-    }
-    let hf = HfConfig {
-        architectures: vec![hf_arch],
-        vocab_size,
-        hidden_size: g.usize(&key("embedding_length"))?,
-        intermediate_size: g.usize(&key("feed_forward_length"))?,
-        num_hidden_layers: g.usize(&key("block_count"))?,
-        num_attention_heads: heads,
-        num_key_value_heads: opt_usize("attention.head_count_kv")?,
-        head_dim,
-        rms_norm_eps: opt_f64("attention.layer_norm_rms_epsilon")?
-            .ok_or_else(|| meta(&key("attention.layer_norm_rms_epsilon"), "is missing"))?,
-        rope_theta: opt_f64("rope.freq_base")?,
-        max_position_embeddings: opt_usize("context_length")?.unwrap_or(2048),
-        tie_word_embeddings: Some(g.tensor("output.weight").is_none()),
-        attention_bias: Some(g.tensor("blk.0.attn_q.bias").is_some()),
-        sliding_window: opt_usize("attention.sliding_window")?,
-        ..HfConfig::default()
-    };
-    let config = ModelConfig::resolve(hf)?;
-    if let Some(rot) = opt_usize("rope.dimension_count")?
-        && rot != config.head_dim
-    {
-        return Err(meta(
-            &key("rope.dimension_count"),
-            format!(
-                "partial rotary ({rot} of head_dim {}) is not supported",
-                config.head_dim
-            ),
-        ));
-    }
-    Ok(config)
+    let arch = arch(g)?;
+    let hf = arch.gguf_config(&Meta::new(g)?)?;
+    Ok(ModelConfig::resolve(hf)?)
 }
 
-/// Sets `config.rope_factors` from the bytes of `rope_freqs.weight` (`[head_dim / 2]`).
-pub fn rope_factors(config: &mut ModelConfig, info: &TensorInfo, bytes: &[u8]) -> Result<(), LoadError> {
+/// The shape of config tensor `name` under `config`.
+pub fn config_tensor_shape(config: &ModelConfig) -> Vec<usize> {
+    vec![config.ropes.first().map_or(config.head_dim, |r| r.rotary_dim) / 2]
+}
+
+/// Sets the config values held by tensor `name` (one of [`CONFIG_TENSORS`]) from its bytes.
+pub fn config_tensor(config: &mut ModelConfig, name: &str, info: &TensorInfo, bytes: &[u8]) -> Result<(), LoadError> {
     let shape = info.shape();
-    if shape != [config.head_dim / 2] {
+    let expected = config_tensor_shape(config);
+    if shape != expected {
         return Err(LoadError::Shape {
-            name: ROPE_FREQS.into(),
-            expected: vec![config.head_dim / 2],
+            name: name.into(),
+            expected,
             actual: shape,
         });
     }
     info.ty.check(bytes).map_err(|e| LoadError::Blocks {
-        name: ROPE_FREQS.into(),
+        name: name.into(),
         ty: info.ty.name(),
         reason: e.to_string(),
     })?;
-    let factors = info.ty.dequantize(bytes);
-    config.rope_factors = Some(factors.into_iter().map(f64::from).collect());
+    let values: Vec<f64> = info.ty.dequantize(bytes).into_iter().map(f64::from).collect();
+    let Some(rope) = config.ropes.first_mut() else {
+        return Ok(());
+    };
+    match (name, &mut rope.scaling) {
+        (phi3::ROPE_LONG, RopeScaling::LongRope(l)) => l.long_factor = values,
+        (phi3::ROPE_SHORT, RopeScaling::LongRope(l)) => l.short_factor = values,
+        (ROPE_FREQS, _) => rope.factors = Some(values),
+        _ => {
+            return Err(LoadError::Blocks {
+                name: name.into(),
+                ty: info.ty.name(),
+                reason: "LongRoPE factors in a file whose metadata sets no LongRoPE".into(),
+            });
+        }
+    }
     Ok(())
+}
+
+/// What loading undoes of the converter's changes to a file's tensors.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Fixups {
+    /// `(heads, kv_heads)` when q/k rows must be un-permuted (Llama-style files).
+    pub permuted: Option<(usize, usize)>,
+    /// Subtracted from every `*norm.weight` (Gemma's `1 + w`).
+    pub norm_shift: f32,
+}
+
+/// The [`Fixups`] of file `g` holding a model of `config`.
+pub fn fixups(config: &ModelConfig) -> Fixups {
+    Fixups {
+        permuted: config
+            .arch
+            .gguf_permuted()
+            .then_some((config.num_heads, config.num_kv_heads)),
+        norm_shift: config.arch.gguf_norm_shift(),
+    }
 }
 
 /// GGUF tensors seen under Hugging Face names.
 pub struct GgufWeights<'g, 'a> {
     file: &'g Gguf<'a>,
-    /// `(heads, kv_heads)` when q/k rows must be un-permuted (`llama` files).
-    permuted: Option<(usize, usize)>,
+    arch: Arch,
+    fixups: Fixups,
     taken: BTreeSet<String>,
 }
 
@@ -163,66 +265,23 @@ impl<'g, 'a> GgufWeights<'g, 'a> {
     pub fn new(file: &'g Gguf<'a>, config: &ModelConfig) -> Result<Self, LoadError> {
         Ok(Self {
             file,
-            permuted: permutation(file, config)?,
-            // Consumed by `config` (rope factors).
-            taken: BTreeSet::from([ROPE_FREQS.to_owned()]),
+            arch: config.arch,
+            fixups: fixups(config),
+            // Consumed by `config`.
+            taken: CONFIG_TENSORS.iter().map(|s| s.to_string()).collect(),
         })
     }
 }
 
-/// `(heads, kv_heads)` when the file's q/k rows are permuted (`llama` files), for [`prepare`].
-pub fn permutation(g: &Gguf<'_>, config: &ModelConfig) -> Result<Option<(usize, usize)>, LoadError> {
-    let llama = g_arch(g)? == "llama";
-    Ok(llama.then_some((config.num_heads, config.num_kv_heads)))
-}
-
-fn g_arch<'g>(g: &'g Gguf<'_>) -> Result<&'g str, LoadError> {
-    g.str("general.architecture")?
-        .ok_or_else(|| meta("general.architecture", "is missing"))
-}
-
-/// The llama.cpp name of a Hugging Face tensor name.
-pub fn gguf_name(hf: &str) -> Option<String> {
-    if let Some((_, g)) = GLOBAL.iter().find(|(h, _)| *h == hf) {
-        return Some(g.to_string());
-    }
-    let rest = hf.strip_prefix("model.layers.")?;
-    let (layer, rest) = rest.split_once('.')?;
-    let (part, kind) = rest.rsplit_once('.')?;
-    let (_, g) = LAYER.iter().find(|(h, _)| *h == part)?;
-    Some(format!("blk.{layer}.{g}.{kind}"))
-}
-
-/// Hugging Face → llama.cpp names of the model-wide tensors.
-const GLOBAL: [(&str, &str); 3] = [
-    ("model.embed_tokens.weight", "token_embd.weight"),
-    ("model.norm.weight", "output_norm.weight"),
-    ("lm_head.weight", "output.weight"),
-];
-
-/// Hugging Face → llama.cpp names of a layer's tensors (the part between `layers.{i}.` and `.weight`).
-const LAYER: [(&str, &str); 11] = [
-    ("input_layernorm", "attn_norm"),
-    ("post_attention_layernorm", "ffn_norm"),
-    ("self_attn.q_proj", "attn_q"),
-    ("self_attn.k_proj", "attn_k"),
-    ("self_attn.v_proj", "attn_v"),
-    ("self_attn.o_proj", "attn_output"),
-    ("self_attn.q_norm", "attn_q_norm"),
-    ("self_attn.k_norm", "attn_k_norm"),
-    ("mlp.gate_proj", "ffn_gate"),
-    ("mlp.up_proj", "ffn_up"),
-    ("mlp.down_proj", "ffn_down"),
-];
-
 /// The bytes of GGUF tensor `g` (Hugging Face name `hf`) as the model takes them: blocks checked (a NaN
-/// or infinite scale is an error naming the tensor), q/k rows un-permuted where `permuted` says so.
+/// or infinite scale is an error naming the tensor), q/k rows un-permuted and norm shifts undone where
+/// `fixups` says so.
 pub fn prepare<'b>(
     hf: &str,
     g: &str,
     info: &TensorInfo,
     bytes: &'b [u8],
-    permuted: Option<(usize, usize)>,
+    fixups: Fixups,
 ) -> Result<RawTensor<'b>, LoadError> {
     let blocks = |reason: String| LoadError::Blocks {
         name: format!("{g} ({hf})"),
@@ -231,7 +290,21 @@ pub fn prepare<'b>(
     };
     info.ty.check(bytes).map_err(|e| blocks(e.to_string()))?;
     let shape = info.shape();
-    let bytes = match permuted {
+    if fixups.norm_shift != 0.0 && g.ends_with("norm.weight") {
+        let shift = fixups.norm_shift;
+        let values: Vec<u8> = info
+            .ty
+            .dequantize(bytes)
+            .into_iter()
+            .flat_map(|v| (v - shift).to_le_bytes())
+            .collect();
+        return Ok(RawTensor {
+            ty: GgmlType::F32,
+            shape,
+            bytes: Cow::Owned(values),
+        });
+    }
+    let bytes = match fixups.permuted {
         Some((heads, kv_heads)) if hf.contains("q_proj") || hf.contains("k_proj") => {
             let heads = if hf.contains("q_proj") { heads } else { kv_heads };
             let rows = shape[0];
@@ -249,19 +322,6 @@ pub fn prepare<'b>(
         shape,
         bytes,
     })
-}
-
-/// The Hugging Face name of a llama.cpp tensor name (the inverse of [`gguf_name`]).
-pub fn hf_name(g: &str) -> Option<String> {
-    if let Some((hf, _)) = GLOBAL.iter().find(|(_, n)| *n == g) {
-        return Some(hf.to_string());
-    }
-    let rest = g.strip_prefix("blk.")?;
-    let (layer, rest) = rest.split_once('.')?;
-    layer.parse::<usize>().ok()?;
-    let (part, kind) = rest.rsplit_once('.')?;
-    let (hf, _) = LAYER.iter().find(|(_, n)| *n == part)?;
-    Some(format!("model.layers.{layer}.{hf}.{kind}"))
 }
 
 /// Undoes the converter's permutation of `rows` rows of `width` bytes each, `heads` heads each
@@ -283,11 +343,11 @@ fn unpermute(stored: &[u8], rows: usize, width: usize, heads: usize) -> Vec<u8> 
 
 impl Weights for GgufWeights<'_, '_> {
     fn contains(&self, name: &str) -> bool {
-        gguf_name(name).is_some_and(|g| self.file.tensor(&g).is_some())
+        self.arch.gguf_name(name).is_some_and(|g| self.file.tensor(&g).is_some())
     }
 
     fn take(&mut self, name: &str, expected: &[usize]) -> Result<RawTensor<'_>, LoadError> {
-        let g = gguf_name(name).ok_or_else(|| LoadError::Missing(name.into()))?;
+        let g = self.arch.gguf_name(name).ok_or_else(|| LoadError::Missing(name.into()))?;
         let info = self
             .file
             .tensor(&g)
@@ -300,7 +360,7 @@ impl Weights for GgufWeights<'_, '_> {
                 actual: shape,
             });
         }
-        let raw = prepare(name, &g, info, self.file.data(info), self.permuted)?;
+        let raw = prepare(name, &g, info, self.file.data(info), self.fixups)?;
         self.taken.insert(g);
         Ok(raw)
     }
@@ -329,6 +389,8 @@ mod tests {
 
     #[test]
     fn names_map_both_ways_that_matter() {
+        let gguf_name = |hf: &str| Arch::Llama.gguf_name(hf);
+        let hf_name = |g: &str| Arch::Llama.hf_name_of(g);
         assert_eq!(
             gguf_name("model.embed_tokens.weight").as_deref(),
             Some("token_embd.weight")

@@ -220,38 +220,13 @@ impl Weights for Checkpoint<'_> {
     }
 }
 
-/// The shape of each Hugging Face tensor of a Llama-family decoder layer, given the config.
+/// The shape of each Hugging Face tensor of a decoder layer of `c`'s architecture, by name after
+/// `model.layers.{i}.`.
 pub fn layer_shapes(c: &ModelConfig) -> Vec<(&'static str, Vec<usize>)> {
-    let (h, hd, i) = (c.hidden_size, c.head_dim, c.intermediate_size);
-    let (q, kv) = (c.num_heads * hd, c.num_kv_heads * hd);
-    let mut shapes = vec![
-        ("input_layernorm.weight", vec![h]),
-        ("post_attention_layernorm.weight", vec![h]),
-        ("self_attn.q_proj.weight", vec![q, h]),
-        ("self_attn.k_proj.weight", vec![kv, h]),
-        ("self_attn.v_proj.weight", vec![kv, h]),
-        ("self_attn.o_proj.weight", vec![h, q]),
-        ("mlp.gate_proj.weight", vec![i, h]),
-        ("mlp.up_proj.weight", vec![i, h]),
-        ("mlp.down_proj.weight", vec![h, i]),
-    ];
-    if c.qkv_bias {
-        shapes.extend([
-            ("self_attn.q_proj.bias", vec![q]),
-            ("self_attn.k_proj.bias", vec![kv]),
-            ("self_attn.v_proj.bias", vec![kv]),
-        ]);
-    }
-    if c.qk_norm {
-        shapes.extend([
-            ("self_attn.q_norm.weight", vec![hd]),
-            ("self_attn.k_norm.weight", vec![hd]),
-        ]);
-    }
-    shapes
+    c.arch.layer_shapes(c)
 }
 
-/// Every tensor a Llama-family checkpoint holds, by Hugging Face name, with the shape the config implies
+/// Every tensor a checkpoint of `c` holds, by Hugging Face name, with the shape the config implies
 /// (`lm_head.weight` too, which tied checkpoints may leave out).
 pub fn checkpoint_shapes(c: &ModelConfig) -> Vec<(String, Vec<usize>)> {
     let (h, v) = (c.hidden_size, c.vocab_size);

@@ -1,120 +1,182 @@
-//! `config.json` → [`ModelConfig`]: a serde mirror of the Hugging Face fields the Llama family uses, resolved
-//! into one config the decoder reads (defaults applied, architecture features decided).
+//! The resolved model configuration ([`ModelConfig`]) and the mirror of `config.json` it is resolved from
+//! ([`HfConfig`]). The mirror holds the Hugging Face fields of every supported family; which ones matter,
+//! and their defaults, is each family's business (`model::arch::<family>`). GGUF metadata is translated into
+//! the same mirror, so both formats resolve through one function per family.
 //!
 //! Rope settings come either as transformers 4's `rope_theta` + `rope_scaling` or as transformers 5's
-//! `rope_parameters` (which holds `rope_theta` and the scaling fields together).
+//! `rope_parameters` (which holds `rope_theta` and the scaling fields together, for Gemma 3 once per layer
+//! type: `{"full_attention": {..}, "sliding_attention": {..}}`).
 
 use serde::Deserialize;
 
-/// The architectures the decoder implements (`architectures[0]` / `model_type`).
-pub const SUPPORTED: [(&str, &str); 4] = [
-    ("LlamaForCausalLM", "llama"),
-    ("MistralForCausalLM", "mistral"),
-    ("Qwen2ForCausalLM", "qwen2"),
-    ("Qwen3ForCausalLM", "qwen3"),
-];
+pub use super::arch::Arch;
+use super::layers::rope::Rope;
 
 /// `config.json` could not be used.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ConfigError {
     #[error("`config.json` does not parse: {0}")]
     Json(String),
-    #[error("unsupported `architectures`/`model_type` {0:?}; kiln supports {list}", list = supported_list())]
+    #[error("unsupported `architectures`/`model_type` {0:?}; kiln supports {list}", list = super::arch::supported_list())]
     Unsupported(String),
     #[error("model config field `{field}`: {reason}")]
     Invalid { field: &'static str, reason: String },
 }
 
-fn supported_list() -> String {
-    SUPPORTED
-        .iter()
-        .map(|(a, m)| format!("{a} ({m})"))
-        .collect::<Vec<_>>()
-        .join(", ")
+pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field,
+        reason: reason.into(),
+    }
 }
 
-/// The mirror of `config.json` (only what the decoder reads; other keys are ignored, as transformers does).
-///
-/// GGUF metadata is translated into this same mirror (see `loader::gguf_model`), so both formats resolve
-/// through one function.
+/// `v`, or an error naming `field` when it is zero.
+pub(crate) fn positive(field: &'static str, v: usize) -> Result<usize, ConfigError> {
+    if v == 0 {
+        return Err(invalid(field, "must be positive"));
+    }
+    Ok(v)
+}
+
+/// The mirror of `config.json` (only what some family reads; other keys are ignored, as transformers does).
 #[derive(Debug, Clone, Default, Deserialize)]
 pub(crate) struct HfConfig {
     #[serde(default)]
     pub(crate) architectures: Vec<String>,
     #[serde(default)]
     pub(crate) model_type: Option<String>,
+    /// Gemma 3 checkpoints nest the decoder's fields here (`Gemma3ForConditionalGeneration`).
+    #[serde(default)]
+    pub(crate) text_config: Option<Box<HfConfig>>,
+    #[serde(default)]
     pub(crate) vocab_size: usize,
+    #[serde(default)]
     pub(crate) hidden_size: usize,
+    #[serde(default)]
     pub(crate) intermediate_size: usize,
+    #[serde(default)]
     pub(crate) num_hidden_layers: usize,
+    #[serde(default)]
     pub(crate) num_attention_heads: usize,
     #[serde(default)]
     pub(crate) num_key_value_heads: Option<usize>,
     #[serde(default)]
     pub(crate) head_dim: Option<usize>,
-    #[serde(default = "default_eps")]
-    pub(crate) rms_norm_eps: f64,
+    #[serde(default)]
+    pub(crate) rms_norm_eps: Option<f64>,
     #[serde(default)]
     pub(crate) rope_theta: Option<f64>,
     #[serde(default)]
     pub(crate) rope_scaling: Option<RopeFields>,
+    /// A [`RopeFields`], or one per layer type (`full_attention`, `sliding_attention`).
     #[serde(default)]
-    pub(crate) rope_parameters: Option<RopeFields>,
-    #[serde(default = "default_max_pos")]
-    pub(crate) max_position_embeddings: usize,
+    pub(crate) rope_parameters: Option<serde_json::Value>,
+    /// Gemma 3's rope base of its sliding-window layers (transformers 4).
+    #[serde(default)]
+    pub(crate) rope_local_base_freq: Option<f64>,
+    #[serde(default)]
+    pub(crate) partial_rotary_factor: Option<f64>,
+    #[serde(default)]
+    pub(crate) max_position_embeddings: Option<usize>,
+    #[serde(default)]
+    pub(crate) original_max_position_embeddings: Option<usize>,
     #[serde(default)]
     pub(crate) tie_word_embeddings: Option<bool>,
     #[serde(default)]
     pub(crate) attention_bias: Option<bool>,
-    /// Mistral v0.1's sliding attention window; Qwen2 configs carry one too, switched off by
-    /// `use_sliding_window: false`.
     #[serde(default)]
     pub(crate) sliding_window: Option<usize>,
     #[serde(default)]
     pub(crate) use_sliding_window: Option<bool>,
-}
-
-fn default_eps() -> f64 {
-    1e-6
-}
-
-fn default_max_pos() -> usize {
-    2048
+    /// Qwen2: layers from this index on use the window (when `use_sliding_window`).
+    #[serde(default)]
+    pub(crate) max_window_layers: Option<usize>,
+    /// `"sliding_attention"` / `"full_attention"` per layer (transformers 5 writes it for most families).
+    #[serde(default)]
+    pub(crate) layer_types: Option<Vec<String>>,
+    /// Gemma: every n-th layer is global (`sliding_window_pattern`, or transformers 5's private copy).
+    #[serde(default, alias = "_sliding_window_pattern")]
+    pub(crate) sliding_window_pattern: Option<usize>,
+    #[serde(default)]
+    pub(crate) query_pre_attn_scalar: Option<f64>,
+    #[serde(default)]
+    pub(crate) attn_logit_softcapping: Option<f64>,
+    #[serde(default)]
+    pub(crate) final_logit_softcapping: Option<f64>,
+    #[serde(default)]
+    pub(crate) hidden_activation: Option<String>,
+    #[serde(default)]
+    pub(crate) hidden_act: Option<String>,
+    /// SmolLM3: per layer, 1 when the layer applies rope, 0 when it does not (NoPE).
+    #[serde(default)]
+    pub(crate) no_rope_layers: Option<Vec<u8>>,
+    #[serde(default)]
+    pub(crate) no_rope_layer_interval: Option<usize>,
+    /// Not a `config.json` field: a GGUF file of a fused-qkv family that stores q, k and v apart.
+    #[serde(skip)]
+    pub(crate) split_qkv: Option<bool>,
 }
 
 /// `rope_scaling` (transformers 4) or `rope_parameters` (transformers 5).
 #[derive(Debug, Clone, Default, Deserialize)]
 pub(crate) struct RopeFields {
     #[serde(default, alias = "type")]
-    rope_type: Option<String>,
+    pub(crate) rope_type: Option<String>,
     #[serde(default)]
-    rope_theta: Option<f64>,
+    pub(crate) rope_theta: Option<f64>,
     #[serde(default)]
-    factor: Option<f64>,
+    pub(crate) factor: Option<f64>,
     #[serde(default)]
-    low_freq_factor: Option<f64>,
+    pub(crate) low_freq_factor: Option<f64>,
     #[serde(default)]
-    high_freq_factor: Option<f64>,
+    pub(crate) high_freq_factor: Option<f64>,
     #[serde(default)]
-    original_max_position_embeddings: Option<usize>,
+    pub(crate) original_max_position_embeddings: Option<usize>,
+    #[serde(default)]
+    pub(crate) short_factor: Option<Vec<f64>>,
+    #[serde(default)]
+    pub(crate) long_factor: Option<Vec<f64>>,
+    #[serde(default)]
+    pub(crate) attention_factor: Option<f64>,
+    #[serde(default)]
+    pub(crate) partial_rotary_factor: Option<f64>,
 }
 
-/// Which family the weights come from; decides biases and q/k norms.
+impl HfConfig {
+    /// The rope fields of the layers of `layer_type` (`full_attention` / `sliding_attention`): transformers
+    /// 5's `rope_parameters` (per layer type or shared), else transformers 4's `rope_scaling`.
+    pub(crate) fn rope_fields(&self, layer_type: &str) -> Result<Option<RopeFields>, ConfigError> {
+        let parse = |v: &serde_json::Value| {
+            RopeFields::deserialize(v).map_err(|e| invalid("rope_parameters", e.to_string()))
+        };
+        match &self.rope_parameters {
+            Some(serde_json::Value::Object(m)) if m.contains_key("full_attention") || m.contains_key("sliding_attention") => {
+                m.get(layer_type).map(parse).transpose()
+            }
+            Some(serde_json::Value::Null) | None => Ok(self.rope_scaling.clone()),
+            Some(v) => parse(v).map(Some),
+        }
+    }
+}
+
+/// The gate activation of the MLP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Arch {
-    Llama,
-    Mistral,
-    Qwen2,
-    Qwen3,
+pub enum Act {
+    /// `silu(gate) · up` (Llama, Qwen, Phi, SmolLM3).
+    Silu,
+    /// `gelu_tanh(gate) · up` (Gemma's `gelu_pytorch_tanh`).
+    GeluTanh,
 }
 
-/// Llama 3.1/3.2's frequency-dependent rope scaling.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Llama3Scaling {
-    pub factor: f64,
-    pub low_freq_factor: f64,
-    pub high_freq_factor: f64,
-    pub original_max_position_embeddings: usize,
+/// How one decoder layer attends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LayerKind {
+    /// The sliding window: a query at position `i` sees keys `j` with `i - window < j <= i`; `None` attends
+    /// to the whole context.
+    pub window: Option<usize>,
+    /// The index into [`ModelConfig::ropes`] of the rope this layer applies to q and k; `None` for a layer
+    /// without positional encoding (SmolLM3's NoPE layers).
+    pub rope: Option<usize>,
 }
 
 /// The resolved configuration the decoder is built from.
@@ -129,18 +191,30 @@ pub struct ModelConfig {
     pub num_kv_heads: usize,
     pub head_dim: usize,
     pub rms_norm_eps: f64,
-    pub rope_theta: f64,
-    pub rope_scaling: Option<Llama3Scaling>,
-    /// The usable context: `max_position_embeddings`, bounded by an active `sliding_window`.
+    /// The rope tables the layers index into (Gemma 3: global and local).
+    pub ropes: Vec<Rope>,
+    /// One per layer.
+    pub layers: Vec<LayerKind>,
+    /// The context length: the positions rope tables are built for.
     pub max_position_embeddings: usize,
     pub tie_word_embeddings: bool,
     /// q/k/v projections carry biases (Qwen2, or `attention_bias`).
     pub qkv_bias: bool,
-    /// Per-head RMSNorm of q and k before rope (Qwen3).
+    /// Per-head RMSNorm of q and k before rope (Qwen3, Gemma 3).
     pub qk_norm: bool,
-    /// Per-frequency divisors of the rope inverse frequencies, `[head_dim / 2]`: GGUF's `rope_freqs.weight`,
-    /// which llama.cpp's converter writes for Llama 3 scaling instead of the config fields.
-    pub rope_factors: Option<Vec<f64>>,
+    /// q, k and v come from one `qkv_proj` (Phi-3).
+    pub fused_qkv: bool,
+    /// gate and up come from one `gate_up_proj`, gate rows first (Phi-3).
+    pub fused_gate_up: bool,
+    /// The factor of the attention scores `q · k` (`1/√head_dim`, Gemma's `query_pre_attn_scalar^-½`).
+    pub attn_scale: f64,
+    /// `cap · tanh(scores / cap)` of the attention scores (Gemma 2).
+    pub attn_softcap: Option<f64>,
+    /// `cap · tanh(logits / cap)` of the final logits (Gemma 2).
+    pub final_softcap: Option<f64>,
+    /// The factor of the embeddings (Gemma: `√hidden`).
+    pub embed_scale: Option<f64>,
+    pub act: Act,
 }
 
 impl ModelConfig {
@@ -150,215 +224,145 @@ impl ModelConfig {
         Self::resolve(c)
     }
 
-    /// Resolves the mirror: defaults applied, architecture features decided, every size checked.
+    /// Resolves the mirror through its family: defaults applied, architecture features decided, every size
+    /// checked.
     pub(crate) fn resolve(c: HfConfig) -> Result<Self, ConfigError> {
-        let name = c
-            .architectures
-            .first()
-            .cloned()
-            .or(c.model_type.clone())
-            .unwrap_or_default();
-        let arch = SUPPORTED
-            .iter()
-            .position(|(a, m)| *a == name || *m == name || c.model_type.as_deref() == Some(*m))
-            .map(|i| [Arch::Llama, Arch::Mistral, Arch::Qwen2, Arch::Qwen3][i])
-            .ok_or(ConfigError::Unsupported(name))?;
-        let positive = |field: &'static str, v: usize| {
-            if v == 0 {
-                Err(ConfigError::Invalid {
-                    field,
-                    reason: "must be positive".into(),
-                })
-            } else {
-                Ok(v)
-            }
+        let arch = Arch::of(&c)?;
+        // A multimodal Gemma 3 checkpoint keeps the text decoder's fields in `text_config`.
+        let c = match c.text_config {
+            Some(text) if c.hidden_size == 0 => HfConfig {
+                architectures: c.architectures,
+                model_type: c.model_type,
+                ..*text
+            },
+            _ => c,
         };
+        let config = arch.resolve(&c)?;
+        config.check()?;
+        Ok(config)
+    }
+
+    /// The checks every family's result must pass.
+    fn check(&self) -> Result<(), ConfigError> {
+        if self.layers.len() != self.num_layers {
+            return Err(invalid(
+                "layer_types",
+                format!("{} entries for {} layers", self.layers.len(), self.num_layers),
+            ));
+        }
+        for kind in &self.layers {
+            if kind.window == Some(0) {
+                return Err(invalid("sliding_window", "must be positive"));
+            }
+            if let Some(r) = kind.rope
+                && r >= self.ropes.len()
+            {
+                return Err(invalid("rope_parameters", format!("layer rope {r} is not defined")));
+            }
+        }
+        for rope in &self.ropes {
+            rope.check(self.head_dim)?;
+        }
+        Ok(())
+    }
+
+    /// The layers' common settings resolved from the mirror: sizes, heads, head_dim, eps, context, tied
+    /// embeddings; one rope (from the shared rope fields), every layer full attention with it.
+    pub(crate) fn base(arch: Arch, c: &HfConfig, default_eps: f64) -> Result<Self, ConfigError> {
         let num_heads = positive("num_attention_heads", c.num_attention_heads)?;
         let num_kv_heads = positive("num_key_value_heads", c.num_key_value_heads.unwrap_or(num_heads))?;
         if !num_heads.is_multiple_of(num_kv_heads) {
-            return Err(ConfigError::Invalid {
-                field: "num_key_value_heads",
-                reason: format!("{num_kv_heads} does not divide num_attention_heads = {num_heads}"),
-            });
+            return Err(invalid(
+                "num_key_value_heads",
+                format!("{num_kv_heads} does not divide num_attention_heads = {num_heads}"),
+            ));
         }
         let head_dim = match c.head_dim {
             Some(d) => positive("head_dim", d)?,
             None if c.hidden_size.is_multiple_of(num_heads) => c.hidden_size / num_heads,
             None => {
-                return Err(ConfigError::Invalid {
-                    field: "hidden_size",
-                    reason: format!(
-                        "{} is not a multiple of num_attention_heads = {num_heads}",
-                        c.hidden_size
-                    ),
-                });
+                return Err(invalid(
+                    "hidden_size",
+                    format!("{} is not a multiple of num_attention_heads = {num_heads}", c.hidden_size),
+                ));
             }
         };
-        if !head_dim.is_multiple_of(2) {
-            return Err(ConfigError::Invalid {
-                field: "head_dim",
-                reason: format!("{head_dim} is odd; rope needs pairs"),
-            });
-        }
-        let rope = c
-            .rope_parameters
-            .clone()
-            .or(c.rope_scaling.clone())
-            .unwrap_or_default();
-        let rope_theta = rope.rope_theta.or(c.rope_theta).unwrap_or(10_000.0);
-        let rope_scaling = match rope.rope_type.as_deref() {
-            None | Some("default") => None,
-            Some("llama3") => Some(Llama3Scaling {
-                factor: rope.factor.unwrap_or(8.0),
-                low_freq_factor: rope.low_freq_factor.unwrap_or(1.0),
-                high_freq_factor: rope.high_freq_factor.unwrap_or(4.0),
-                original_max_position_embeddings: rope.original_max_position_embeddings.unwrap_or(8192),
-            }),
-            Some(other) => {
-                return Err(ConfigError::Invalid {
-                    field: "rope_scaling",
-                    reason: format!("rope type {other:?} is not supported (default, llama3)"),
-                });
-            }
-        };
-        // The decoder attends to the whole context. Within a sliding window that is the same computation, so
-        // an active window bounds the usable context instead of being ignored.
-        let window = c.sliding_window.filter(|_| c.use_sliding_window.unwrap_or(true));
-        let max_position_embeddings = positive("max_position_embeddings", c.max_position_embeddings)?;
-        let max_position_embeddings =
-            window.map_or(max_position_embeddings, |w| w.min(max_position_embeddings));
+        let max_position_embeddings = positive("max_position_embeddings", c.max_position_embeddings.unwrap_or(2048))?;
+        let num_layers = positive("num_hidden_layers", c.num_hidden_layers)?;
+        let rope = Rope::resolve(c, "full_attention", head_dim, c.rope_theta.unwrap_or(10_000.0))?;
         Ok(Self {
             arch,
             vocab_size: positive("vocab_size", c.vocab_size)?,
             hidden_size: positive("hidden_size", c.hidden_size)?,
             intermediate_size: positive("intermediate_size", c.intermediate_size)?,
-            num_layers: positive("num_hidden_layers", c.num_hidden_layers)?,
+            num_layers,
             num_heads,
             num_kv_heads,
             head_dim,
-            rms_norm_eps: c.rms_norm_eps,
-            rope_theta,
-            rope_scaling,
-            max_position_embeddings: positive("max_position_embeddings", max_position_embeddings)?,
+            rms_norm_eps: c.rms_norm_eps.unwrap_or(default_eps),
+            ropes: vec![rope],
+            layers: vec![LayerKind { window: None, rope: Some(0) }; num_layers],
+            max_position_embeddings,
             tie_word_embeddings: c.tie_word_embeddings.unwrap_or(false),
-            qkv_bias: arch == Arch::Qwen2 || c.attention_bias.unwrap_or(false),
-            qk_norm: arch == Arch::Qwen3,
-            rope_factors: None,
+            qkv_bias: c.attention_bias.unwrap_or(false),
+            qk_norm: false,
+            fused_qkv: false,
+            fused_gate_up: false,
+            attn_scale: 1.0 / (head_dim as f64).sqrt(),
+            attn_softcap: None,
+            final_softcap: None,
+            embed_scale: None,
+            act: Act::Silu,
         })
     }
 
-    /// Rope inverse frequencies, `[head_dim / 2]`, with Llama 3 scaling applied when configured.
-    pub fn inv_freq(&self) -> Vec<f64> {
-        let half = self.head_dim / 2;
-        (0..half)
-            .map(|i| {
-                let f = 1.0 / self.rope_theta.powf(2.0 * i as f64 / self.head_dim as f64);
-                if let Some(factor) = self.rope_factors.as_ref().and_then(|r| r.get(i)) {
-                    return f / factor;
-                }
-                match self.rope_scaling {
-                    None => f,
-                    Some(s) => {
-                        let old = s.original_max_position_embeddings as f64;
-                        let (low_wavelen, high_wavelen) = (old / s.low_freq_factor, old / s.high_freq_factor);
-                        let wavelen = 2.0 * std::f64::consts::PI / f;
-                        if wavelen < high_wavelen {
-                            f
-                        } else if wavelen > low_wavelen {
-                            f / s.factor
-                        } else {
-                            let smooth = (old / wavelen - s.low_freq_factor)
-                                / (s.high_freq_factor - s.low_freq_factor);
-                            (1.0 - smooth) * f / s.factor + smooth * f
-                        }
-                    }
-                }
-            })
-            .collect()
+    /// Sets each layer's window from `layer_types` when the config lists them (`sliding_attention` layers
+    /// get `window`), else from `sliding(i)`.
+    pub(crate) fn set_windows(
+        &mut self,
+        c: &HfConfig,
+        window: Option<usize>,
+        sliding: impl Fn(usize) -> bool,
+    ) -> Result<(), ConfigError> {
+        let types = c.layer_types.as_ref();
+        if let Some(t) = types
+            && t.len() != self.num_layers
+        {
+            return Err(invalid(
+                "layer_types",
+                format!("{} entries for num_hidden_layers = {}", t.len(), self.num_layers),
+            ));
+        }
+        for (i, kind) in self.layers.iter_mut().enumerate() {
+            let is_sliding = match types {
+                Some(t) => match t[i].as_str() {
+                    "sliding_attention" => true,
+                    "full_attention" => false,
+                    other => return Err(invalid("layer_types", format!("unknown layer type {other:?}"))),
+                },
+                None => sliding(i),
+            };
+            kind.window = match (is_sliding, window) {
+                (false, _) => None,
+                (true, None) => return Err(invalid("sliding_window", "sliding layers need a window")),
+                (true, Some(w)) => Some(positive("sliding_window", w)?),
+            };
+        }
+        // A window that spans the whole context is full attention (Phi-3.5 and Phi-4-mini configs carry a
+        // window of twice their context).
+        let max = self.max_position_embeddings;
+        for kind in &mut self.layers {
+            kind.window = kind.window.filter(|&w| w < max);
+        }
+        Ok(())
+    }
+
+    /// Whether some layer attends through a sliding window.
+    pub fn has_window(&self) -> bool {
+        self.layers.iter().any(|l| l.window.is_some())
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const BASE: &str = r#""vocab_size": 32, "hidden_size": 64, "intermediate_size": 8, "num_hidden_layers": 1,
-        "num_attention_heads": 4"#;
-
-    fn parse(extra: &str) -> Result<ModelConfig, ConfigError> {
-        ModelConfig::from_json(format!("{{{BASE}, {extra}}}").as_bytes())
-    }
-
-    #[test]
-    fn transformers_4_and_5_rope_forms_resolve_alike() {
-        let v4 = parse(
-            r#""architectures": ["LlamaForCausalLM"], "rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3",
-            "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}"#,
-        )
-        .unwrap();
-        let v5 = parse(
-            r#""architectures": ["LlamaForCausalLM"], "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0,
-            "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}"#,
-        )
-        .unwrap();
-        assert_eq!(v4, v5);
-        assert_eq!(v4.rope_theta, 500000.0);
-        assert_eq!(v4.rope_scaling.unwrap().factor, 32.0);
-        // Llama 2 style `{"type": "linear"}` is not implemented and says so.
-        let e =
-            parse(r#""model_type": "llama", "rope_scaling": {"type": "linear", "factor": 2.0}"#).unwrap_err();
-        assert!(e.to_string().contains("linear"), "{e}");
-    }
-
-    #[test]
-    fn defaults_and_architecture_features() {
-        let q2 = parse(r#""architectures": ["Qwen2ForCausalLM"], "num_key_value_heads": 2"#).unwrap();
-        assert_eq!(
-            (q2.arch, q2.head_dim, q2.num_kv_heads, q2.qkv_bias, q2.qk_norm),
-            (Arch::Qwen2, 16, 2, true, false)
-        );
-        assert_eq!((q2.rope_theta, q2.tie_word_embeddings), (10_000.0, false));
-        let q3 = parse(r#""model_type": "qwen3", "head_dim": 32"#).unwrap();
-        assert_eq!(
-            (q3.arch, q3.head_dim, q3.qk_norm, q3.num_kv_heads),
-            (Arch::Qwen3, 32, true, 4)
-        );
-        let m = parse(
-            r#""architectures": ["MistralForCausalLM"], "attention_bias": true, "sliding_window": 1024,
-            "max_position_embeddings": 32768"#,
-        )
-        .unwrap();
-        assert!(m.qkv_bias && m.arch == Arch::Mistral);
-        assert_eq!(
-            m.max_position_embeddings, 1024,
-            "an active sliding window bounds the context"
-        );
-        let q =
-            parse(r#""model_type": "qwen2", "sliding_window": 1024, "use_sliding_window": false"#).unwrap();
-        assert_eq!(q.max_position_embeddings, 2048, "a disabled window does not");
-        let e = parse(r#""model_type": "llama", "num_key_value_heads": 3"#).unwrap_err();
-        assert!(e.to_string().contains("num_key_value_heads"), "{e}");
-    }
-
-    #[test]
-    fn llama3_scaling_keeps_high_divides_low_and_smooths_between() {
-        let c = parse(
-            r#""model_type": "llama", "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0,
-            "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}"#,
-        )
-        .unwrap();
-        let plain = ModelConfig {
-            rope_scaling: None,
-            ..c.clone()
-        };
-        let ratios: Vec<f64> = plain
-            .inv_freq()
-            .iter()
-            .zip(c.inv_freq())
-            .map(|(p, s)| p / s)
-            .collect();
-        assert!((ratios[0] - 1.0).abs() < 1e-12, "{ratios:?}");
-        assert!(ratios[1] > 1.0 && ratios[1] < 8.0, "{ratios:?}");
-        assert!(ratios[2..].iter().all(|r| (r - 8.0).abs() < 1e-9), "{ratios:?}");
-    }
-}
+#[path = "config_tests.rs"]
+mod tests;

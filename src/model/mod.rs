@@ -1,15 +1,18 @@
-//! burn building blocks of the Llama-family decoder. Every function takes tensors on any runtime device.
+//! The decoder: shared layers (`layers`), one file per family (`arch`), the decoder that composes them
+//! (`decoder`, with the fused wgpu decode step in `step`), and the checkpoint tensors it is assembled from
+//! (`placed`). Every function takes tensors on any runtime device.
 
+pub mod arch;
 pub mod config;
-pub mod kv_cache;
-pub mod linear;
-pub mod llama;
-pub mod norm;
+pub mod decoder;
+pub mod layers;
 pub mod placed;
+mod step;
 
+pub use arch::Arch;
 pub use config::{ConfigError, ModelConfig};
-pub use kv_cache::KvCache;
-pub use linear::{Linear, Matrix};
-pub use llama::{Decoder, ForwardError};
-pub use norm::rms_norm;
+pub use decoder::{Decoder, ForwardError};
+pub use layers::kv_cache::KvCache;
+pub use layers::linear::{Linear, Matrix};
+pub use layers::norm::rms_norm;
 pub use placed::{Placed, Placing, Staged, Tensors};

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use burn::tensor::{Device, Tensor, TensorData};
 
-use super::linear::Matrix;
+use super::layers::linear::Matrix;
 use crate::loader::{LoadError, RawTensor, Weights};
 
 /// A tensor on its device.

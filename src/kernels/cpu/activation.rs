@@ -117,6 +117,37 @@ pub fn silu_mul(gate: &[f32], up: &[f32], out: &mut [f32]) {
     }
 }
 
+/// `out[i] = gelu_tanh(gate[i]) · up[i]`, the tanh approximation of GELU (PyTorch's `approximate="tanh"`,
+/// Gemma's `gelu_pytorch_tanh`): `0.5·g·(1 + tanh(z))` with `z = √(2/π)·(g + 0.044715·g³)`, computed as
+/// `g / (1 + e^(−2z))` (the same value) with the vectorized `exp`; all three the same length.
+pub fn gelu_tanh_mul(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    assert!(gate.len() == up.len() && up.len() == out.len());
+    // −2·√(2/π) and the cubic coefficient.
+    const K: f32 = -1.595_769_1;
+    const C: f32 = 0.044_715;
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    let done = {
+        let (one, k, c) = (f32x4_splat(1.0), f32x4_splat(K), f32x4_splat(C));
+        let (g4, u4, o4) = (
+            gate.as_chunks::<4>().0,
+            up.as_chunks::<4>().0,
+            out.as_chunks_mut::<4>().0,
+        );
+        for ((o, g), u) in o4.iter_mut().zip(g4).zip(u4) {
+            let g = load(g);
+            let inner = f32x4_mul(g, f32x4_add(one, f32x4_mul(c, f32x4_mul(g, g))));
+            let s = f32x4_div(g, f32x4_add(one, exp4(f32x4_mul(k, inner))));
+            store(o, f32x4_mul(s, load(u)));
+        }
+        g4.len() * 4
+    };
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+    let done = 0;
+    for ((o, &g), &u) in out[done..].iter_mut().zip(&gate[done..]).zip(&up[done..]) {
+        *o = g / (1.0 + exp(K * g * (1.0 + C * g * g))) * u;
+    }
+}
+
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 #[inline(always)]
 fn load(v: &[f32; 4]) -> v128 {

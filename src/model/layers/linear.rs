@@ -9,6 +9,7 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use crate::kernels::QuantWeight;
 use crate::loader::{LoadError, RawTensor};
+use crate::model::placed::Tensors;
 
 /// A matrix `W: [out, in]`.
 #[derive(Debug, Clone)]
@@ -99,5 +100,22 @@ impl Linear {
             Some(bias) => y + bias.clone().unsqueeze::<3>(),
             None => y,
         }
+    }
+}
+
+impl Linear {
+    /// `{prefix}.weight` of `shape` `[out, in]` (and `{prefix}.bias` `[out]` when `bias`) from `ckpt`.
+    pub fn take(
+        ckpt: &mut dyn Tensors,
+        prefix: &str,
+        shape: [usize; 2],
+        bias: bool,
+    ) -> Result<Self, LoadError> {
+        let weight = ckpt.matrix(&format!("{prefix}.weight"), shape)?;
+        let bias = match bias {
+            true => Some(ckpt.vector(&format!("{prefix}.bias"), shape[0])?),
+            false => None,
+        };
+        Ok(Self { weight, bias })
     }
 }

@@ -1,0 +1,159 @@
+//! Config resolution: the rope forms of transformers 4 and 5, per-family features, windows and their bad
+//! values.
+
+use super::*;
+use crate::model::layers::rope::RopeScaling;
+
+const BASE: &str = r#""vocab_size": 32, "hidden_size": 64, "intermediate_size": 8, "num_hidden_layers": 1,
+    "num_attention_heads": 4"#;
+
+fn parse(extra: &str) -> Result<ModelConfig, ConfigError> {
+    ModelConfig::from_json(format!("{{{BASE}, {extra}}}").as_bytes())
+}
+
+fn with_layers(n: usize, extra: &str) -> Result<ModelConfig, ConfigError> {
+    let base = BASE.replace(r#""num_hidden_layers": 1"#, &format!(r#""num_hidden_layers": {n}"#));
+    ModelConfig::from_json(format!("{{{base}, {extra}}}").as_bytes())
+}
+
+#[test]
+fn transformers_4_and_5_rope_forms_resolve_alike() {
+    let v4 = parse(
+        r#""architectures": ["LlamaForCausalLM"], "rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3",
+        "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}"#,
+    )
+    .unwrap();
+    let v5 = parse(
+        r#""architectures": ["LlamaForCausalLM"], "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0,
+        "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}"#,
+    )
+    .unwrap();
+    assert_eq!(v4, v5);
+    assert_eq!(v4.ropes[0].theta, 500000.0);
+    assert!(matches!(v4.ropes[0].scaling, RopeScaling::Llama3(s) if s.factor == 32.0));
+    let e = parse(r#""model_type": "llama", "rope_scaling": {"type": "yarn", "factor": 2.0}"#).unwrap_err();
+    assert!(e.to_string().contains("yarn"), "{e}");
+}
+
+#[test]
+fn defaults_and_architecture_features() {
+    let q2 = parse(r#""architectures": ["Qwen2ForCausalLM"], "num_key_value_heads": 2"#).unwrap();
+    assert_eq!(
+        (q2.arch, q2.head_dim, q2.num_kv_heads, q2.qkv_bias, q2.qk_norm),
+        (Arch::Qwen2, 16, 2, true, false)
+    );
+    assert_eq!((q2.ropes[0].theta, q2.tie_word_embeddings), (10_000.0, false));
+    let q3 = parse(r#""model_type": "qwen3", "head_dim": 32"#).unwrap();
+    assert_eq!((q3.arch, q3.head_dim, q3.qk_norm, q3.num_kv_heads), (Arch::Qwen3, 32, true, 4));
+    let m = parse(
+        r#""architectures": ["MistralForCausalLM"], "attention_bias": true, "sliding_window": 1024,
+        "max_position_embeddings": 32768"#,
+    )
+    .unwrap();
+    assert!(m.qkv_bias && m.arch == Arch::Mistral);
+    assert_eq!(m.max_position_embeddings, 32768, "a window no longer bounds the context");
+    assert_eq!(m.layers[0].window, Some(1024));
+    let q = parse(r#""model_type": "qwen2", "sliding_window": 1024, "use_sliding_window": false"#).unwrap();
+    assert!(!q.has_window(), "a disabled window is none");
+    let e = parse(r#""model_type": "llama", "num_key_value_heads": 3"#).unwrap_err();
+    assert!(e.to_string().contains("num_key_value_heads"), "{e}");
+}
+
+#[test]
+fn llama3_scaling_keeps_high_divides_low_and_smooths_between() {
+    let c = parse(
+        r#""model_type": "llama", "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0,
+        "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}"#,
+    )
+    .unwrap();
+    let mut plain = c.ropes[0].clone();
+    plain.scaling = RopeScaling::None;
+    let ratios: Vec<f64> = plain
+        .inv_freq(false)
+        .iter()
+        .zip(c.ropes[0].inv_freq(false))
+        .map(|(p, s)| p / s)
+        .collect();
+    assert!((ratios[0] - 1.0).abs() < 1e-12, "{ratios:?}");
+    assert!(ratios[1] > 1.0 && ratios[1] < 8.0, "{ratios:?}");
+    assert!(ratios[2..].iter().all(|r| (r - 8.0).abs() < 1e-9), "{ratios:?}");
+}
+
+#[test]
+fn gemma3_interleaves_local_and_global_layers() {
+    let c = with_layers(
+        7,
+        r#""model_type": "gemma3_text", "head_dim": 16, "query_pre_attn_scalar": 24, "sliding_window": 512,
+        "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0, "max_position_embeddings": 32768"#,
+    )
+    .unwrap();
+    assert_eq!(c.arch, Arch::Gemma3);
+    let windows: Vec<_> = c.layers.iter().map(|l| l.window).collect();
+    assert_eq!(windows, [Some(512), Some(512), Some(512), Some(512), Some(512), None, Some(512)]);
+    let ropes: Vec<_> = c.layers.iter().map(|l| l.rope).collect();
+    assert_eq!(ropes, [Some(1), Some(1), Some(1), Some(1), Some(1), Some(0), Some(1)]);
+    assert_eq!((c.ropes[0].theta, c.ropes[1].theta), (1e6, 1e4));
+    assert!((c.attn_scale - 1.0 / 24f64.sqrt()).abs() < 1e-12);
+    assert_eq!((c.act, c.qk_norm, c.tie_word_embeddings), (Act::GeluTanh, true, true));
+    assert_eq!(c.embed_scale, Some(8.0));
+    assert_eq!(c.max_position_embeddings, 32768, "the window does not cap the context");
+    // transformers 5's per-layer-type rope parameters resolve alike.
+    let v5 = with_layers(
+        7,
+        r#""model_type": "gemma3_text", "head_dim": 16, "query_pre_attn_scalar": 24, "sliding_window": 512,
+        "max_position_embeddings": 32768, "rope_parameters": {"full_attention": {"rope_type": "default",
+        "rope_theta": 1000000.0}, "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}"#,
+    )
+    .unwrap();
+    assert_eq!(v5, c);
+}
+
+#[test]
+fn gemma2_caps_and_phi3_longrope_and_smollm3_nope() {
+    let g = with_layers(4, r#""model_type": "gemma2", "head_dim": 16, "sliding_window": 8"#).unwrap();
+    assert_eq!((g.attn_softcap, g.final_softcap), (Some(50.0), Some(30.0)));
+    let windows: Vec<_> = g.layers.iter().map(|l| l.window).collect();
+    assert_eq!(windows, [Some(8), None, Some(8), None]);
+    let p = parse(
+        r#""model_type": "phi3", "partial_rotary_factor": 0.75, "max_position_embeddings": 512,
+        "original_max_position_embeddings": 128, "rope_scaling": {"type": "longrope",
+        "short_factor": [1.0, 1.5, 2.0, 2.5, 3.0, 3.5], "long_factor": [2.0, 2.0, 2.0, 4.0, 4.0, 4.0]}"#,
+    )
+    .unwrap();
+    let rope = &p.ropes[0];
+    assert_eq!((rope.rotary_dim, p.fused_qkv, p.fused_gate_up), (12, true, true));
+    let expected = (1.0 + 4f64.ln() / 128f64.ln()).sqrt();
+    assert!((rope.attention_factor() - expected).abs() < 1e-12);
+    assert!(!rope.long(128) && rope.long(129));
+    let (short, long) = (rope.inv_freq(false), rope.inv_freq(true));
+    assert!((short[1] * 1.5 - long[1] * 2.0).abs() < 1e-12);
+    let e = parse(
+        r#""model_type": "phi3", "original_max_position_embeddings": 128, "rope_scaling": {"type": "longrope",
+        "short_factor": [1.0], "long_factor": [1.0]}"#,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("short_factor"), "{e}");
+    let e = parse(r#""model_type": "phi3", "rope_scaling": {"type": "longrope", "short_factor": [1.0]}"#).unwrap_err();
+    assert!(e.to_string().contains("original_max_position_embeddings"), "{e}");
+    let s = with_layers(8, r#""model_type": "smollm3""#).unwrap();
+    let ropes: Vec<_> = s.layers.iter().map(|l| l.rope.is_some()).collect();
+    assert_eq!(ropes, [true, true, true, false, true, true, true, false]);
+    let s = with_layers(2, r#""model_type": "smollm3", "no_rope_layers": [0, 1]"#).unwrap();
+    assert_eq!((s.layers[0].rope, s.layers[1].rope), (None, Some(0)));
+    let e = with_layers(2, r#""model_type": "smollm3", "no_rope_layers": [1]"#).unwrap_err();
+    assert!(e.to_string().contains("no_rope_layers"), "{e}");
+}
+
+#[test]
+fn bad_values_name_their_field_and_unknown_families_list_the_known() {
+    let e = with_layers(2, r#""model_type": "gemma2", "head_dim": 16, "sliding_window": 0"#).unwrap_err();
+    assert!(e.to_string().contains("sliding_window"), "{e}");
+    let e = with_layers(2, r#""model_type": "gemma3_text", "layer_types": ["full_attention"]"#).unwrap_err();
+    assert!(e.to_string().contains("layer_types"), "{e}");
+    let e = parse(r#""model_type": "gemma3_text", "hidden_activation": "relu""#).unwrap_err();
+    assert!(e.to_string().contains("hidden_activation"), "{e}");
+    let e = parse(r#""model_type": "gpt_neox""#).unwrap_err();
+    for family in ["LlamaForCausalLM", "Gemma3ForCausalLM", "Phi3ForCausalLM", "SmolLM3ForCausalLM"] {
+        assert!(e.to_string().contains(family), "{e}");
+    }
+}

@@ -1,0 +1,185 @@
+//! The decoder of every supported family: embeddings, one [`Block`] per layer in its family's shape (see
+//! `model::arch`), the final norm and the `lm_head`, parameterised by a resolved [`ModelConfig`]. Weight
+//! matrices stay in the checkpoint's quantized blocks where the device has a kernel for them ([`Matrix`]);
+//! the KV cache grows as positions are appended ([`KvCache`]).
+//!
+//! Shapes: `b` batch, `s` new positions, `t` cached + new positions, `h` hidden size, `V` vocabulary.
+
+use burn::backend::DispatchDevice;
+use burn::tensor::{Device, Tensor};
+
+use super::arch::Block;
+use super::config::ModelConfig;
+use super::layers::attention::Positions;
+use super::layers::kv_cache::KvCache;
+use super::layers::linear::Matrix;
+use super::layers::norm::rms_norm;
+use super::layers::rope::RopeTable;
+use super::placed::{Placing, Tensors};
+use crate::loader::{LoadError, Weights};
+
+/// The decoder's weights on a device.
+#[derive(Debug, Clone)]
+pub struct Decoder {
+    pub config: ModelConfig,
+    pub(super) device: Device,
+    /// `[V, h]`.
+    pub(super) embed: Matrix,
+    pub(super) blocks: Vec<Block>,
+    /// `[h]`, as the family multiplies (Gemma's `1 + w` applied).
+    pub(super) norm: Tensor<1>,
+    /// `[V, h]`: the embedding table itself when tied.
+    pub(super) lm_head: Matrix,
+    /// Whether `lm_head` shares the embedding table's storage.
+    tied: bool,
+    /// Whether single-position steps take the fused wgpu kernels ([`Decoder::step`]): on a wgpu device, for
+    /// the layer shapes they implement, unless turned off ([`Decoder::set_fused`]).
+    fused: bool,
+    /// One per rope of the config.
+    pub(super) ropes: Vec<RopeTable>,
+}
+
+/// The decoder could not run.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ForwardError {
+    #[error("the KV cache holds {capacity} positions; {needed} are needed")]
+    CacheFull { capacity: usize, needed: usize },
+    #[error("position {0} is beyond the model's `max_position_embeddings`")]
+    Position(usize),
+    #[error("token id {id} is outside the vocabulary of {vocab}")]
+    Token { id: u32, vocab: usize },
+    #[error("a batch needs rows of equal, non-zero length")]
+    Ragged,
+}
+
+impl Decoder {
+    /// Builds the decoder from a checkpoint (safetensors or GGUF) seen under Hugging Face tensor names,
+    /// placing each tensor as it is taken.
+    pub fn load(config: ModelConfig, ckpt: &mut dyn Weights, device: &Device) -> Result<Self, LoadError> {
+        Self::assemble(config, &mut Placing::new(ckpt, device), device)
+    }
+
+    /// Builds the decoder from tensors on `device` (placed as taken, or as a streamed file arrived).
+    pub fn assemble(config: ModelConfig, ckpt: &mut dyn Tensors, device: &Device) -> Result<Self, LoadError> {
+        let c = &config;
+        let (h, v) = (c.hidden_size, c.vocab_size);
+        let embed = ckpt.matrix("model.embed_tokens.weight", [v, h])?;
+        let blocks = (0..c.num_layers)
+            .map(|i| c.arch.load_block(c, i, ckpt))
+            .collect::<Result<Vec<_>, _>>()?;
+        let norm = c.arch.final_norm(ckpt.vector("model.norm.weight", h)?);
+        // Tied embeddings reuse `embed_tokens`; a checkpoint that still carries `lm_head` is honoured.
+        let tied = c.tie_word_embeddings && !ckpt.contains("lm_head.weight");
+        let lm_head = match tied {
+            false => ckpt.matrix("lm_head.weight", [v, h])?,
+            true => embed.clone(),
+        };
+        if let Some(extra) = ckpt.leftover() {
+            return Err(LoadError::Extra(extra));
+        }
+        let ropes = c
+            .ropes
+            .iter()
+            .map(|r| RopeTable::new(r, c.max_position_embeddings, device))
+            .collect();
+        let mut decoder = Self {
+            config,
+            device: device.clone(),
+            embed,
+            blocks,
+            norm,
+            lm_head,
+            tied,
+            fused: false,
+            ropes,
+        };
+        decoder.set_fused(true);
+        Ok(decoder)
+    }
+
+    /// Whether single-position steps on wgpu take the fused decode kernels (the default there, for the
+    /// layer shapes they implement) or the generic path (what prefill and the CPU backend run); `true` has
+    /// no effect off wgpu or for other shapes.
+    pub fn set_fused(&mut self, on: bool) {
+        self.fused = on && matches!(self.device.as_dispatch(), DispatchDevice::Cube(_)) && self.fusable();
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Bytes the weights take on the device (a tied `lm_head` counted once).
+    pub fn device_bytes(&self) -> usize {
+        let head = if self.tied { 0 } else { self.lm_head.device_bytes() };
+        let linears: usize = self
+            .blocks
+            .iter()
+            .flat_map(Block::linears)
+            .map(|l| l.weight.device_bytes())
+            .sum();
+        self.embed.device_bytes() + head + linears
+    }
+
+    /// An empty cache for `batch` sequences of up to `capacity` positions (allocated as it fills).
+    pub fn new_cache(&self, batch: usize, capacity: usize) -> KvCache {
+        let c = &self.config;
+        KvCache::new(c.num_layers, batch, c.num_kv_heads, c.head_dim, capacity, &self.device)
+    }
+
+    /// Runs `tokens` (`b` rows of `s` ids) after what `cache` holds, appending to it. Returns logits
+    /// `[b, s, V]` when `all_positions`, else `[b, 1, V]` for the last position.
+    pub fn forward(
+        &self,
+        tokens: &[Vec<u32>],
+        cache: &mut KvCache,
+        all_positions: bool,
+    ) -> Result<Tensor<3>, ForwardError> {
+        let c = &self.config;
+        let (b, s) = (tokens.len(), tokens.first().map_or(0, Vec::len));
+        if s == 0 || b != cache.batch() || tokens.iter().any(|row| row.len() != s) {
+            return Err(ForwardError::Ragged);
+        }
+        if let Some(&id) = tokens.iter().flatten().find(|&&id| id as usize >= c.vocab_size) {
+            return Err(ForwardError::Token {
+                id,
+                vocab: c.vocab_size,
+            });
+        }
+        let (pos, t) = (cache.len, cache.len + s);
+        if t > cache.capacity {
+            return Err(ForwardError::CacheFull {
+                capacity: cache.capacity,
+                needed: t,
+            });
+        }
+        if t > c.max_position_embeddings {
+            return Err(ForwardError::Position(t - 1));
+        }
+        if s == 1 && self.fused {
+            return Ok(self.step(tokens, cache));
+        }
+        let mut x = self.embed.rows(tokens, &self.device); // [b, s, h]
+        if let Some(scale) = c.embed_scale {
+            x = x.mul_scalar(scale as f32);
+        }
+        let at = Positions::new(c, &self.ropes, pos, s, cache.capacity, &self.device);
+        for (i, block) in self.blocks.iter().enumerate() {
+            x = block.forward(x, c, i, cache, &at);
+        }
+        cache.advance(s);
+        let x = if all_positions { x } else { x.narrow(1, s - 1, 1) };
+        let x = rms_norm(x, self.norm.clone(), c.rms_norm_eps);
+        let n = x.dims()[1];
+        let logits = self.lm_head.matmul(x.reshape([b * n, c.hidden_size]));
+        Ok(self.cap_logits(logits).reshape([b, n, c.vocab_size]))
+    }
+
+    /// The final logit softcapping of the config, if any: `cap · tanh(logits / cap)`.
+    pub(super) fn cap_logits(&self, logits: Tensor<2>) -> Tensor<2> {
+        match self.config.final_softcap {
+            Some(cap) => logits.div_scalar(cap).tanh().mul_scalar(cap),
+            None => logits,
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! Self-attention over the KV cache: q/k/v projections (separate or one fused `qkv_proj`), optional per-head
+//! q/k RMSNorm, rope (or none), grouped-query attention without copying K/V per query head, scores scaled by
+//! the config's factor, optional logit softcapping, causal and sliding-window masks, the output projection.
+//!
+//! Shapes: `b` batch, `s` new positions, `t` cached + new positions, `h` hidden size, `H` / `K` query /
+//! key-value heads, `d` head dim.
+
+use std::collections::BTreeMap;
+
+use burn::tensor::{Device, Tensor, TensorData};
+
+use super::kv_cache::KvCache;
+use super::linear::Linear;
+use super::norm::rms_norm;
+use super::rope::{self, RopeTable};
+use crate::kernels;
+use crate::model::config::ModelConfig;
+
+/// The q, k and v projections.
+#[derive(Debug, Clone)]
+pub enum Qkv {
+    Split { q: Linear, k: Linear, v: Linear },
+    /// One `[(H + 2K)·d, h]` projection, rows q then k then v (Phi-3's `qkv_proj`).
+    Fused(Linear),
+}
+
+/// One layer's attention weights.
+#[derive(Debug, Clone)]
+pub struct Attention {
+    pub qkv: Qkv,
+    pub o: Linear,
+    /// `[d]` each, when the family normalises q and k per head before rope.
+    pub q_norm: Option<Tensor<1>>,
+    pub k_norm: Option<Tensor<1>>,
+}
+
+/// What every layer of one forward shares: the new positions, their rope rows per table, and the masks per
+/// window.
+pub struct Positions {
+    /// The first new position.
+    pub pos: usize,
+    /// New positions.
+    pub s: usize,
+    /// `(cos, sin)` `[1, 1, s, r / 2]` per rope table.
+    ropes: Vec<(Tensor<4>, Tensor<4>)>,
+    /// Additive `[1, 1, s, t]` masks by window (`None`: causal only); absent for one new position, which
+    /// sees every cached key (a window narrows the keys instead).
+    masks: BTreeMap<Option<usize>, Tensor<4>>,
+}
+
+impl Positions {
+    /// Positions `pos..pos + s` of a cache of `capacity` positions, under `config`'s layers.
+    pub fn new(
+        config: &ModelConfig,
+        tables: &[RopeTable],
+        pos: usize,
+        s: usize,
+        capacity: usize,
+        device: &Device,
+    ) -> Self {
+        let ropes = tables.iter().map(|t| t.at(pos, s, capacity)).collect();
+        let t = pos + s;
+        let mut masks = BTreeMap::new();
+        if s > 1 {
+            for window in config.layers.iter().map(|l| l.window) {
+                masks.entry(window).or_insert_with(|| {
+                    // Query i (absolute pos + i) sees keys j ≤ pos + i, and within a window w only those with
+                    // pos + i − j < w.
+                    let m: Vec<f32> = (0..s)
+                        .flat_map(|i| {
+                            (0..t).map(move |j| {
+                                let q = pos + i;
+                                let seen = j <= q && window.is_none_or(|w| q - j < w);
+                                if seen { 0.0 } else { f32::NEG_INFINITY }
+                            })
+                        })
+                        .collect();
+                    Tensor::<2>::from_data(TensorData::new(m, [s, t]), device).unsqueeze::<4>()
+                });
+            }
+        }
+        Self { pos, s, ropes, masks }
+    }
+}
+
+impl Attention {
+    /// `x: [b, s, h]` (normalised) of layer `layer` → the output projection's `[b, s, h]`, appending k and v
+    /// to `cache`.
+    pub fn forward(
+        &self,
+        x: Tensor<3>,
+        c: &ModelConfig,
+        layer: usize,
+        cache: &mut KvCache,
+        at: &Positions,
+    ) -> Tensor<3> {
+        let [b, s, _] = x.dims();
+        let (heads, kv, d) = (c.num_heads, c.num_kv_heads, c.head_dim);
+        let (q, k, v) = match &self.qkv {
+            Qkv::Split { q, k, v } => (q.forward(x.clone()), k.forward(x.clone()), v.forward(x)),
+            Qkv::Fused(l) => {
+                let y = l.forward(x);
+                (
+                    y.clone().narrow(2, 0, heads * d),
+                    y.clone().narrow(2, heads * d, kv * d),
+                    y.narrow(2, (heads + kv) * d, kv * d),
+                )
+            }
+        };
+        let split = |y: Tensor<3>, n: usize| y.reshape([b, s, n, d]).swap_dims(1, 2); // [b, n, s, d]
+        let (mut q, mut k, v) = (split(q, heads), split(k, kv), split(v, kv));
+        if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
+            q = rms_norm(q, qn.clone(), c.rms_norm_eps);
+            k = rms_norm(k, kn.clone(), c.rms_norm_eps);
+        }
+        let kind = c.layers[layer];
+        if let Some(r) = kind.rope {
+            let (cos, sin) = &at.ropes[r];
+            q = rope::apply(q, cos, sin);
+            k = rope::apply(k, cos, sin);
+        }
+        let (mut keys, mut values) = cache.append(layer, k, v); // [b, K, t, d]
+        let mut t = at.pos + s;
+        if s == 1
+            && let Some(w) = kind.window
+            && t > w
+        {
+            // One query sees the last w positions.
+            keys = keys.narrow(2, t - w, w);
+            values = values.narrow(2, t - w, w);
+            t = w;
+        }
+        let group = heads / kv;
+        let expand = |cached: Tensor<4>| {
+            cached
+                .reshape([b, kv, 1, t, d])
+                .expand([b, kv, group, t, d])
+                .reshape([b, heads, t, d])
+        };
+        let mut scores = q.matmul(expand(keys).swap_dims(2, 3)).mul_scalar(c.attn_scale); // [b, H, s, t]
+        if let Some(cap) = c.attn_softcap {
+            scores = scores.div_scalar(cap).tanh().mul_scalar(cap);
+        }
+        if let Some(m) = at.masks.get(&kind.window) {
+            scores = scores + m.clone();
+        }
+        let attn = kernels::softmax_last(scores).matmul(expand(values)); // [b, H, s, d]
+        self.o.forward(attn.swap_dims(1, 2).reshape([b, s, heads * d]))
+    }
+
+    /// The projections' weights.
+    pub fn linears(&self) -> Vec<&Linear> {
+        match &self.qkv {
+            Qkv::Split { q, k, v } => vec![q, k, v, &self.o],
+            Qkv::Fused(l) => vec![l, &self.o],
+        }
+    }
+}
