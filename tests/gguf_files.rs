@@ -71,6 +71,12 @@ struct Golden {
     greedy_ids: Vec<u32>,
     /// How far quantisation moved the logits from the unquantised model's (recorded by the generator).
     max_abs_diff_vs_unquantized: f32,
+    /// Phi fixtures: a prompt beyond `original_context_length` (LongRoPE's long factors) and the
+    /// reference logits of its last 4 positions.
+    #[serde(default)]
+    long_prompt_ids: Vec<u32>,
+    #[serde(default)]
+    long_logits_last: Vec<Vec<f32>>,
 }
 
 fn load(bytes: &[u8], device: &Device) -> Decoder {
@@ -129,6 +135,48 @@ fn check_logits_on(bytes: &[u8], golden: &str, name: &str, device: &Device, tole
     ))
     .expect("greedy");
     assert_eq!(out, golden.greedy_ids, "{name}: greedy continuation");
+    if !golden.long_prompt_ids.is_empty() {
+        let n = golden.long_prompt_ids.len();
+        let mut cache = decoder.new_cache(1, n);
+        let logits = decoder
+            .forward(std::slice::from_ref(&golden.long_prompt_ids), &mut cache, true)
+            .expect("long forward");
+        let last = golden.long_logits_last.len();
+        let got = logits.narrow(1, n - last, last).into_data().try_into_vec::<f32>().expect("f32");
+        let diff = got
+            .iter()
+            .zip(golden.long_logits_last.concat())
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        eprintln!("{name}: long prompt: max |logit - dequantised reference| = {diff:e}");
+        assert!(diff <= tolerance, "{name}: long-prompt logits differ by {diff}");
+    }
+}
+
+/// The families of `make_golden_families.py` as llama.cpp's converter writes them: Gemma 3 (norms stored
+/// `1 + w`, window 5, the query scale llama.cpp derives from key_length), Gemma 2 (softcapping keys), Phi-3
+/// and Phi-4-mini (fused `attn_qkv`/`ffn_up`, LongRoPE factor tensors, partial rotary) and SmolLM3
+/// (permuted q/k, NoPE every 4th layer).
+#[test]
+fn family_ggufs_match_their_dequantised_references() {
+    macro_rules! family {
+        ($name:literal) => {
+            (
+                $name,
+                &include_bytes!(concat!("fixtures/gguf/tiny-", $name, ".gguf"))[..],
+                include_str!(concat!("fixtures/gguf/tiny-", $name, ".golden.json")),
+            )
+        };
+    }
+    for (name, bytes, golden) in [
+        family!("gemma3"),
+        family!("gemma2"),
+        family!("phi3"),
+        family!("phi4"),
+        family!("smollm3"),
+    ] {
+        check_logits(bytes, golden, &format!("tiny-{name}.gguf"));
+    }
 }
 
 #[test]

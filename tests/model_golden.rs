@@ -17,6 +17,18 @@ fn logits_match_transformers() {
 }
 
 #[test]
+fn longrope_long_prompt_logits_match_transformers() {
+    let mut checked = 0;
+    for f in fixtures() {
+        if let Some(diff) = pollster::block_on(golden::long_logits_match(&f, &Device::flex())) {
+            eprintln!("{}: long prompt: max |logit - golden| = {diff:e}", f.name);
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 2, "phi3 and phi4 carry long prompts");
+}
+
+#[test]
 fn greedy_64_tokens_match_transformers() {
     for f in fixtures() {
         pollster::block_on(greedy_matches(&f, &Device::flex()));

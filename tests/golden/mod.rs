@@ -1,7 +1,9 @@
 //! Golden checks of the decoder against transformers, shared by the native tests (`model_golden.rs`, CPU
 //! backend) and the browser tests (`browser.rs`, WebGPU). The fixtures are tiny random models written by
 //! `tests/fixtures/make_golden.py`: Llama (f32, llama3 rope scaling, tied embeddings), Qwen2 (bf16, q/k/v
-//! biases) and Qwen3 (f16, q/k norms, head_dim ≠ hidden/heads), all with GQA.
+//! biases) and Qwen3 (f16, q/k norms, head_dim ≠ hidden/heads), all with GQA; and by
+//! `make_golden_families.py`: Gemma 3 (sliding window 5 < the prompt, local/global layers), Gemma 2
+//! (softcapping), Phi-3 (LongRoPE, fused projections), Phi-4-mini (partial rotary) and SmolLM3 (NoPE).
 
 use burn::tensor::{Device, Tensor};
 use kiln::loader::{Checkpoint, LoadError, SafetensorsError};
@@ -29,8 +31,17 @@ macro_rules! fixture {
     };
 }
 
-pub fn fixtures() -> [Fixture; 3] {
-    [fixture!("llama"), fixture!("qwen2"), fixture!("qwen3")]
+pub fn fixtures() -> [Fixture; 8] {
+    [
+        fixture!("llama"),
+        fixture!("qwen2"),
+        fixture!("qwen3"),
+        fixture!("gemma3"),
+        fixture!("gemma2"),
+        fixture!("phi3"),
+        fixture!("phi4"),
+        fixture!("smollm3"),
+    ]
 }
 
 #[derive(Deserialize)]
@@ -39,6 +50,12 @@ pub struct Golden {
     /// `[prompt_len][vocab]`.
     pub logits: Vec<Vec<f32>>,
     pub greedy_ids: Vec<u32>,
+    /// Phi fixtures: a prompt longer than `original_max_position_embeddings` (LongRoPE's long factors)...
+    #[serde(default)]
+    pub long_prompt_ids: Vec<u32>,
+    /// ... and transformers' logits at its last 4 positions, `[4][vocab]`.
+    #[serde(default)]
+    pub long_logits_last: Vec<Vec<f32>>,
 }
 
 pub fn load(f: &Fixture, device: &Device) -> (Decoder, Golden) {
@@ -88,6 +105,26 @@ pub async fn logits_match(f: &Fixture, device: &Device) -> f32 {
         f.name
     );
     diff
+}
+
+/// For fixtures with a long prompt (LongRoPE): the logits of its last positions, the prompt run in one
+/// forward into a cache of its length, within [`LOGITS_TOLERANCE`] of transformers'. `None` when the
+/// fixture has none.
+pub async fn long_logits_match(f: &Fixture, device: &Device) -> Option<f32> {
+    let (decoder, golden) = load(f, device);
+    if golden.long_prompt_ids.is_empty() {
+        return None;
+    }
+    let n = golden.long_prompt_ids.len();
+    let mut cache = decoder.new_cache(1, n);
+    let logits = decoder
+        .forward(std::slice::from_ref(&golden.long_prompt_ids), &mut cache, true)
+        .expect("forward");
+    let last = golden.long_logits_last.len();
+    let got = read(logits.narrow(1, n - last, last)).await;
+    let diff = max_abs_diff(&got, &golden.long_logits_last.concat());
+    assert!(diff <= LOGITS_TOLERANCE, "{}: long prompt: max |logit - golden| = {diff}", f.name);
+    Some(diff)
 }
 
 /// 64 greedy tokens with the KV cache (prefill, then one-token steps) equal transformers'.
