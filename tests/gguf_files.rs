@@ -142,7 +142,11 @@ fn check_logits_on(bytes: &[u8], golden: &str, name: &str, device: &Device, tole
             .forward(std::slice::from_ref(&golden.long_prompt_ids), &mut cache, true)
             .expect("long forward");
         let last = golden.long_logits_last.len();
-        let got = logits.narrow(1, n - last, last).into_data().try_into_vec::<f32>().expect("f32");
+        let got = logits
+            .narrow(1, n - last, last)
+            .into_data()
+            .try_into_vec::<f32>()
+            .expect("f32");
         let diff = got
             .iter()
             .zip(golden.long_logits_last.concat())
@@ -211,7 +215,10 @@ fn metadata_resolves_like_config_json() {
     let from_json =
         kiln::model::ModelConfig::from_json(include_bytes!("fixtures/golden/llama/config.json")).unwrap();
     // GGUF carries Llama 3 rope scaling as precomputed per-frequency factors (`rope_freqs.weight`).
-    let (a, b) = (from_gguf.ropes[0].inv_freq(false), from_json.ropes[0].inv_freq(false));
+    let (a, b) = (
+        from_gguf.ropes[0].inv_freq(false),
+        from_json.ropes[0].inv_freq(false),
+    );
     let rel = a
         .iter()
         .zip(&b)
@@ -221,7 +228,10 @@ fn metadata_resolves_like_config_json() {
     // GGUF stores the epsilon as f32.
     assert_eq!(from_gguf.rms_norm_eps as f32, from_json.rms_norm_eps as f32);
     let strip = |c: kiln::model::ModelConfig| kiln::model::ModelConfig {
-        ropes: vec![kiln::model::layers::rope::Rope::plain(c.ropes[0].theta, c.head_dim)],
+        ropes: vec![kiln::model::layers::rope::Rope::plain(
+            c.ropes[0].theta,
+            c.head_dim,
+        )],
         rms_norm_eps: 0.0,
         ..c
     };

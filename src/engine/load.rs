@@ -185,7 +185,10 @@ fn stage(g: &Gguf<'static>, device: &Device, limit: Option<u64>) -> Result<Stagi
             }
             continue;
         }
-        let hf = config.arch.hf_name_of(name).ok_or_else(|| LoadError::Extra(name.clone()))?;
+        let hf = config
+            .arch
+            .hf_name_of(name)
+            .ok_or_else(|| LoadError::Extra(name.clone()))?;
         let shape = expected.get(&hf).ok_or_else(|| LoadError::Extra(name.clone()))?;
         if info.shape() != *shape {
             return Err(LoadError::Shape {

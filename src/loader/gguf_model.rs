@@ -90,7 +90,11 @@ impl<'g, 'a> Meta<'g, 'a> {
         match a {
             super::Array::Bool(v) => Ok(Some(v.clone())),
             _ => (0..a.len())
-                .map(|i| a.f64_at(i).map(|x| x != 0.0).ok_or_else(|| self.error(k, "is not an array of flags")))
+                .map(|i| {
+                    a.f64_at(i)
+                        .map(|x| x != 0.0)
+                        .ok_or_else(|| self.error(k, "is not an array of flags"))
+                })
                 .collect::<Result<_, _>>()
                 .map(Some),
         }
@@ -112,7 +116,10 @@ impl<'g, 'a> Meta<'g, 'a> {
             .ok_or_else(|| LoadError::Missing("token_embd.weight".into()))?;
         let vocab_size = match self.opt_usize("vocab_size")? {
             Some(v) => v,
-            None => *embed.dims.get(1).ok_or_else(|| meta("token_embd.weight", "is not 2-D"))?,
+            None => *embed
+                .dims
+                .get(1)
+                .ok_or_else(|| meta("token_embd.weight", "is not 2-D"))?,
         };
         let heads = self.usize("attention.head_count")?;
         let hidden = self.usize("embedding_length")?;
@@ -120,7 +127,10 @@ impl<'g, 'a> Meta<'g, 'a> {
         if let (Some(k), Some(v)) = (head_dim, self.opt_usize("attention.value_length")?)
             && k != v
         {
-            return Err(self.error("attention.value_length", format!("{v} differs from key_length {k}")));
+            return Err(self.error(
+                "attention.value_length",
+                format!("{v} differs from key_length {k}"),
+            ));
         }
         let rope_scaling = match self.str("rope.scaling.type")? {
             None | Some("none") => None,
@@ -133,10 +143,13 @@ impl<'g, 'a> Meta<'g, 'a> {
                 ..Default::default()
             }),
             Some(other) => {
-                return Err(self.error("rope.scaling.type", format!("rope scaling {other:?} is not supported")));
+                return Err(self.error(
+                    "rope.scaling.type",
+                    format!("rope scaling {other:?} is not supported"),
+                ));
             }
         };
-        let d = head_dim.unwrap_or(if heads > 0 { hidden / heads } else { 0 });
+        let d = head_dim.unwrap_or(hidden.checked_div(heads).unwrap_or(0));
         let partial_rotary_factor = match self.opt_usize("rope.dimension_count")? {
             Some(rot) if d > 0 && rot != d => Some(rot as f64 / d as f64),
             _ => None,
@@ -199,7 +212,12 @@ pub fn config_tensor_shape(config: &ModelConfig) -> Vec<usize> {
 }
 
 /// Sets the config values held by tensor `name` (one of [`CONFIG_TENSORS`]) from its bytes.
-pub fn config_tensor(config: &mut ModelConfig, name: &str, info: &TensorInfo, bytes: &[u8]) -> Result<(), LoadError> {
+pub fn config_tensor(
+    config: &mut ModelConfig,
+    name: &str,
+    info: &TensorInfo,
+    bytes: &[u8],
+) -> Result<(), LoadError> {
     let shape = info.shape();
     let expected = config_tensor_shape(config);
     if shape != expected {
@@ -343,11 +361,16 @@ fn unpermute(stored: &[u8], rows: usize, width: usize, heads: usize) -> Vec<u8> 
 
 impl Weights for GgufWeights<'_, '_> {
     fn contains(&self, name: &str) -> bool {
-        self.arch.gguf_name(name).is_some_and(|g| self.file.tensor(&g).is_some())
+        self.arch
+            .gguf_name(name)
+            .is_some_and(|g| self.file.tensor(&g).is_some())
     }
 
     fn take(&mut self, name: &str, expected: &[usize]) -> Result<RawTensor<'_>, LoadError> {
-        let g = self.arch.gguf_name(name).ok_or_else(|| LoadError::Missing(name.into()))?;
+        let g = self
+            .arch
+            .gguf_name(name)
+            .ok_or_else(|| LoadError::Missing(name.into()))?;
         let info = self
             .file
             .tensor(&g)

@@ -150,7 +150,9 @@ impl HfConfig {
             RopeFields::deserialize(v).map_err(|e| invalid("rope_parameters", e.to_string()))
         };
         match &self.rope_parameters {
-            Some(serde_json::Value::Object(m)) if m.contains_key("full_attention") || m.contains_key("sliding_attention") => {
+            Some(serde_json::Value::Object(m))
+                if m.contains_key("full_attention") || m.contains_key("sliding_attention") =>
+            {
                 m.get(layer_type).map(parse).transpose()
             }
             Some(serde_json::Value::Null) | None => Ok(self.rope_scaling.clone()),
@@ -257,7 +259,10 @@ impl ModelConfig {
             if let Some(r) = kind.rope
                 && r >= self.ropes.len()
             {
-                return Err(invalid("rope_parameters", format!("layer rope {r} is not defined")));
+                return Err(invalid(
+                    "rope_parameters",
+                    format!("layer rope {r} is not defined"),
+                ));
             }
         }
         for rope in &self.ropes {
@@ -283,11 +288,17 @@ impl ModelConfig {
             None => {
                 return Err(invalid(
                     "hidden_size",
-                    format!("{} is not a multiple of num_attention_heads = {num_heads}", c.hidden_size),
+                    format!(
+                        "{} is not a multiple of num_attention_heads = {num_heads}",
+                        c.hidden_size
+                    ),
                 ));
             }
         };
-        let max_position_embeddings = positive("max_position_embeddings", c.max_position_embeddings.unwrap_or(2048))?;
+        let max_position_embeddings = positive(
+            "max_position_embeddings",
+            c.max_position_embeddings.unwrap_or(2048),
+        )?;
         let num_layers = positive("num_hidden_layers", c.num_hidden_layers)?;
         let rope = Rope::resolve(c, "full_attention", head_dim, c.rope_theta.unwrap_or(10_000.0))?;
         Ok(Self {
@@ -301,7 +312,13 @@ impl ModelConfig {
             head_dim,
             rms_norm_eps: c.rms_norm_eps.unwrap_or(default_eps),
             ropes: vec![rope],
-            layers: vec![LayerKind { window: None, rope: Some(0) }; num_layers],
+            layers: vec![
+                LayerKind {
+                    window: None,
+                    rope: Some(0)
+                };
+                num_layers
+            ],
             max_position_embeddings,
             tie_word_embeddings: c.tie_word_embeddings.unwrap_or(false),
             qkv_bias: c.attention_bias.unwrap_or(false),

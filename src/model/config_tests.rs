@@ -12,7 +12,10 @@ fn parse(extra: &str) -> Result<ModelConfig, ConfigError> {
 }
 
 fn with_layers(n: usize, extra: &str) -> Result<ModelConfig, ConfigError> {
-    let base = BASE.replace(r#""num_hidden_layers": 1"#, &format!(r#""num_hidden_layers": {n}"#));
+    let base = BASE.replace(
+        r#""num_hidden_layers": 1"#,
+        &format!(r#""num_hidden_layers": {n}"#),
+    );
     ModelConfig::from_json(format!("{{{base}, {extra}}}").as_bytes())
 }
 
@@ -44,14 +47,20 @@ fn defaults_and_architecture_features() {
     );
     assert_eq!((q2.ropes[0].theta, q2.tie_word_embeddings), (10_000.0, false));
     let q3 = parse(r#""model_type": "qwen3", "head_dim": 32"#).unwrap();
-    assert_eq!((q3.arch, q3.head_dim, q3.qk_norm, q3.num_kv_heads), (Arch::Qwen3, 32, true, 4));
+    assert_eq!(
+        (q3.arch, q3.head_dim, q3.qk_norm, q3.num_kv_heads),
+        (Arch::Qwen3, 32, true, 4)
+    );
     let m = parse(
         r#""architectures": ["MistralForCausalLM"], "attention_bias": true, "sliding_window": 1024,
         "max_position_embeddings": 32768"#,
     )
     .unwrap();
     assert!(m.qkv_bias && m.arch == Arch::Mistral);
-    assert_eq!(m.max_position_embeddings, 32768, "a window no longer bounds the context");
+    assert_eq!(
+        m.max_position_embeddings, 32768,
+        "a window no longer bounds the context"
+    );
     assert_eq!(m.layers[0].window, Some(1024));
     let q = parse(r#""model_type": "qwen2", "sliding_window": 1024, "use_sliding_window": false"#).unwrap();
     assert!(!q.has_window(), "a disabled window is none");
@@ -89,14 +98,34 @@ fn gemma3_interleaves_local_and_global_layers() {
     .unwrap();
     assert_eq!(c.arch, Arch::Gemma3);
     let windows: Vec<_> = c.layers.iter().map(|l| l.window).collect();
-    assert_eq!(windows, [Some(512), Some(512), Some(512), Some(512), Some(512), None, Some(512)]);
+    assert_eq!(
+        windows,
+        [
+            Some(512),
+            Some(512),
+            Some(512),
+            Some(512),
+            Some(512),
+            None,
+            Some(512)
+        ]
+    );
     let ropes: Vec<_> = c.layers.iter().map(|l| l.rope).collect();
-    assert_eq!(ropes, [Some(1), Some(1), Some(1), Some(1), Some(1), Some(0), Some(1)]);
+    assert_eq!(
+        ropes,
+        [Some(1), Some(1), Some(1), Some(1), Some(1), Some(0), Some(1)]
+    );
     assert_eq!((c.ropes[0].theta, c.ropes[1].theta), (1e6, 1e4));
     assert!((c.attn_scale - 1.0 / 24f64.sqrt()).abs() < 1e-12);
-    assert_eq!((c.act, c.qk_norm, c.tie_word_embeddings), (Act::GeluTanh, true, true));
+    assert_eq!(
+        (c.act, c.qk_norm, c.tie_word_embeddings),
+        (Act::GeluTanh, true, true)
+    );
     assert_eq!(c.embed_scale, Some(8.0));
-    assert_eq!(c.max_position_embeddings, 32768, "the window does not cap the context");
+    assert_eq!(
+        c.max_position_embeddings, 32768,
+        "the window does not cap the context"
+    );
     // transformers 5's per-layer-type rope parameters resolve alike.
     let v5 = with_layers(
         7,
@@ -110,7 +139,11 @@ fn gemma3_interleaves_local_and_global_layers() {
 
 #[test]
 fn gemma2_caps_and_phi3_longrope_and_smollm3_nope() {
-    let g = with_layers(4, r#""model_type": "gemma2", "head_dim": 16, "sliding_window": 8"#).unwrap();
+    let g = with_layers(
+        4,
+        r#""model_type": "gemma2", "head_dim": 16, "sliding_window": 8"#,
+    )
+    .unwrap();
     assert_eq!((g.attn_softcap, g.final_softcap), (Some(50.0), Some(30.0)));
     let windows: Vec<_> = g.layers.iter().map(|l| l.window).collect();
     assert_eq!(windows, [Some(8), None, Some(8), None]);
@@ -133,7 +166,8 @@ fn gemma2_caps_and_phi3_longrope_and_smollm3_nope() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("short_factor"), "{e}");
-    let e = parse(r#""model_type": "phi3", "rope_scaling": {"type": "longrope", "short_factor": [1.0]}"#).unwrap_err();
+    let e = parse(r#""model_type": "phi3", "rope_scaling": {"type": "longrope", "short_factor": [1.0]}"#)
+        .unwrap_err();
     assert!(e.to_string().contains("original_max_position_embeddings"), "{e}");
     let s = with_layers(8, r#""model_type": "smollm3""#).unwrap();
     let ropes: Vec<_> = s.layers.iter().map(|l| l.rope.is_some()).collect();
@@ -146,14 +180,27 @@ fn gemma2_caps_and_phi3_longrope_and_smollm3_nope() {
 
 #[test]
 fn bad_values_name_their_field_and_unknown_families_list_the_known() {
-    let e = with_layers(2, r#""model_type": "gemma2", "head_dim": 16, "sliding_window": 0"#).unwrap_err();
+    let e = with_layers(
+        2,
+        r#""model_type": "gemma2", "head_dim": 16, "sliding_window": 0"#,
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("sliding_window"), "{e}");
-    let e = with_layers(2, r#""model_type": "gemma3_text", "layer_types": ["full_attention"]"#).unwrap_err();
+    let e = with_layers(
+        2,
+        r#""model_type": "gemma3_text", "layer_types": ["full_attention"]"#,
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("layer_types"), "{e}");
     let e = parse(r#""model_type": "gemma3_text", "hidden_activation": "relu""#).unwrap_err();
     assert!(e.to_string().contains("hidden_activation"), "{e}");
     let e = parse(r#""model_type": "gpt_neox""#).unwrap_err();
-    for family in ["LlamaForCausalLM", "Gemma3ForCausalLM", "Phi3ForCausalLM", "SmolLM3ForCausalLM"] {
+    for family in [
+        "LlamaForCausalLM",
+        "Gemma3ForCausalLM",
+        "Phi3ForCausalLM",
+        "SmolLM3ForCausalLM",
+    ] {
         assert!(e.to_string().contains(family), "{e}");
     }
 }

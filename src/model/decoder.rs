@@ -124,7 +124,14 @@ impl Decoder {
     /// An empty cache for `batch` sequences of up to `capacity` positions (allocated as it fills).
     pub fn new_cache(&self, batch: usize, capacity: usize) -> KvCache {
         let c = &self.config;
-        KvCache::new(c.num_layers, batch, c.num_kv_heads, c.head_dim, capacity, &self.device)
+        KvCache::new(
+            c.num_layers,
+            batch,
+            c.num_kv_heads,
+            c.head_dim,
+            capacity,
+            &self.device,
+        )
     }
 
     /// Runs `tokens` (`b` rows of `s` ids) after what `cache` holds, appending to it. Returns logits

@@ -123,7 +123,11 @@ pub async fn long_logits_match(f: &Fixture, device: &Device) -> Option<f32> {
     let last = golden.long_logits_last.len();
     let got = read(logits.narrow(1, n - last, last)).await;
     let diff = max_abs_diff(&got, &golden.long_logits_last.concat());
-    assert!(diff <= LOGITS_TOLERANCE, "{}: long prompt: max |logit - golden| = {diff}", f.name);
+    assert!(
+        diff <= LOGITS_TOLERANCE,
+        "{}: long prompt: max |logit - golden| = {diff}",
+        f.name
+    );
     Some(diff)
 }
 

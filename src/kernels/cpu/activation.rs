@@ -123,7 +123,7 @@ pub fn silu_mul(gate: &[f32], up: &[f32], out: &mut [f32]) {
 pub fn gelu_tanh_mul(gate: &[f32], up: &[f32], out: &mut [f32]) {
     assert!(gate.len() == up.len() && up.len() == out.len());
     // −2·√(2/π) and the cubic coefficient.
-    const K: f32 = -1.595_769_1;
+    const K: f32 = -1.595_769;
     const C: f32 = 0.044_715;
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     let done = {

@@ -62,15 +62,27 @@ pub(crate) fn resolve(arch: Arch, c: &HfConfig) -> Result<ModelConfig, ConfigErr
     let gemma3 = arch == Arch::Gemma3;
     config.qk_norm = gemma3;
     let scalar = c.query_pre_attn_scalar.unwrap_or(config.head_dim as f64);
-    if !(scalar > 0.0) {
-        return Err(invalid("query_pre_attn_scalar", format!("{scalar} must be positive")));
+    if scalar.is_nan() || scalar <= 0.0 {
+        return Err(invalid(
+            "query_pre_attn_scalar",
+            format!("{scalar} must be positive"),
+        ));
     }
     config.attn_scale = 1.0 / scalar.sqrt();
     config.embed_scale = Some((config.hidden_size as f64).sqrt());
-    let act = c.hidden_activation.as_deref().or(c.hidden_act.as_deref()).unwrap_or("gelu_pytorch_tanh");
+    let act = c
+        .hidden_activation
+        .as_deref()
+        .or(c.hidden_act.as_deref())
+        .unwrap_or("gelu_pytorch_tanh");
     config.act = match act {
         "gelu_pytorch_tanh" | "gelu_tanh" => Act::GeluTanh,
-        other => return Err(invalid("hidden_activation", format!("{other:?} is not supported (gelu_pytorch_tanh)"))),
+        other => {
+            return Err(invalid(
+                "hidden_activation",
+                format!("{other:?} is not supported (gelu_pytorch_tanh)"),
+            ));
+        }
     };
     let (attn_cap, final_cap) = match gemma3 {
         true => (c.attn_logit_softcapping, c.final_logit_softcapping),
@@ -79,8 +91,11 @@ pub(crate) fn resolve(arch: Arch, c: &HfConfig) -> Result<ModelConfig, ConfigErr
             c.final_logit_softcapping.or(Some(30.0)),
         ),
     };
-    for (field, cap) in [("attn_logit_softcapping", attn_cap), ("final_logit_softcapping", final_cap)] {
-        if cap.is_some_and(|v| !(v > 0.0)) {
+    for (field, cap) in [
+        ("attn_logit_softcapping", attn_cap),
+        ("final_logit_softcapping", final_cap),
+    ] {
+        if cap.is_some_and(|v| v.is_nan() || v <= 0.0) {
             return Err(invalid(field, "must be positive"));
         }
     }
@@ -95,7 +110,11 @@ pub(crate) fn resolve(arch: Arch, c: &HfConfig) -> Result<ModelConfig, ConfigErr
         // Local layers: their own rope (transformers 5: `rope_parameters.sliding_attention`; 4: an unscaled
         // rope of base `rope_local_base_freq`).
         let d = config.head_dim;
-        let local = match c.rope_parameters.as_ref().and_then(|p| p.get("sliding_attention")) {
+        let local = match c
+            .rope_parameters
+            .as_ref()
+            .and_then(|p| p.get("sliding_attention"))
+        {
             Some(_) => Rope::resolve(c, "sliding_attention", d, 10_000.0)?,
             None => Rope::plain(c.rope_local_base_freq.unwrap_or(10_000.0), d),
         };
@@ -186,11 +205,22 @@ impl Layer {
     }
 
     /// `x: [b, s, h]` → `[b, s, h]`.
-    pub fn forward(&self, x: Tensor<3>, c: &ModelConfig, i: usize, cache: &mut KvCache, at: &Positions) -> Tensor<3> {
+    pub fn forward(
+        &self,
+        x: Tensor<3>,
+        c: &ModelConfig,
+        i: usize,
+        cache: &mut KvCache,
+        at: &Positions,
+    ) -> Tensor<3> {
         let eps = c.rms_norm_eps;
-        let a = self.attn.forward(rms_norm(x.clone(), self.pre_attn.clone(), eps), c, i, cache, at);
+        let a = self
+            .attn
+            .forward(rms_norm(x.clone(), self.pre_attn.clone(), eps), c, i, cache, at);
         let x = x + rms_norm(a, self.post_attn.clone(), eps);
-        let m = self.mlp.forward(rms_norm(x.clone(), self.pre_ffw.clone(), eps), c.act);
+        let m = self
+            .mlp
+            .forward(rms_norm(x.clone(), self.pre_ffw.clone(), eps), c.act);
         x + rms_norm(m, self.post_ffw.clone(), eps)
     }
 }

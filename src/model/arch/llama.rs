@@ -40,7 +40,10 @@ pub(crate) fn resolve(arch: Arch, c: &HfConfig) -> Result<ModelConfig, ConfigErr
     let mut config = ModelConfig::base(arch, c, 1e-6)?;
     config.qkv_bias |= arch == Arch::Qwen2;
     config.qk_norm = arch == Arch::Qwen3;
-    let window = c.sliding_window.filter(|_| c.use_sliding_window.unwrap_or(!matches!(arch, Arch::Qwen2 | Arch::Qwen3)));
+    let window = c.sliding_window.filter(|_| {
+        c.use_sliding_window
+            .unwrap_or(!matches!(arch, Arch::Qwen2 | Arch::Qwen3))
+    });
     let from = match arch {
         Arch::Qwen2 | Arch::Qwen3 => c.max_window_layers.unwrap_or(0),
         _ => 0,
@@ -80,9 +83,19 @@ impl Layer {
     }
 
     /// `x: [b, s, h]` → `[b, s, h]`.
-    pub fn forward(&self, x: Tensor<3>, c: &ModelConfig, i: usize, cache: &mut KvCache, at: &Positions) -> Tensor<3> {
+    pub fn forward(
+        &self,
+        x: Tensor<3>,
+        c: &ModelConfig,
+        i: usize,
+        cache: &mut KvCache,
+        at: &Positions,
+    ) -> Tensor<3> {
         let eps = c.rms_norm_eps;
-        let x = x.clone() + self.attn.forward(rms_norm(x, self.attn_norm.clone(), eps), c, i, cache, at);
+        let x = x.clone()
+            + self
+                .attn
+                .forward(rms_norm(x, self.attn_norm.clone(), eps), c, i, cache, at);
         x.clone() + self.mlp.forward(rms_norm(x, self.mlp_norm.clone(), eps), c.act)
     }
 }

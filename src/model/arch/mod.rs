@@ -39,13 +39,25 @@ pub enum Arch {
 }
 
 /// `(arch, config.json architectures, model_types, GGUF general.architecture)`.
-const SUPPORTED: [(Arch, &[&str], &[&str], Option<&str>); 8] = [
+type Entry = (
+    Arch,
+    &'static [&'static str],
+    &'static [&'static str],
+    Option<&'static str>,
+);
+
+const SUPPORTED: [Entry; 8] = [
     (Arch::Llama, &["LlamaForCausalLM"], &["llama"], Some("llama")),
     // llama.cpp writes Mistral files as `llama`.
     (Arch::Mistral, &["MistralForCausalLM"], &["mistral"], None),
     (Arch::Qwen2, &["Qwen2ForCausalLM"], &["qwen2"], Some("qwen2")),
     (Arch::Qwen3, &["Qwen3ForCausalLM"], &["qwen3"], Some("qwen3")),
-    (Arch::SmolLM3, &["SmolLM3ForCausalLM"], &["smollm3"], Some("smollm3")),
+    (
+        Arch::SmolLM3,
+        &["SmolLM3ForCausalLM"],
+        &["smollm3"],
+        Some("smollm3"),
+    ),
     (Arch::Phi3, &["Phi3ForCausalLM"], &["phi3"], Some("phi3")),
     (Arch::Gemma2, &["Gemma2ForCausalLM"], &["gemma2"], Some("gemma2")),
     (
@@ -67,7 +79,11 @@ pub fn supported_list() -> String {
 
 /// The supported GGUF `general.architecture` values, for error messages.
 pub fn supported_gguf() -> String {
-    SUPPORTED.iter().filter_map(|(.., g)| *g).collect::<Vec<_>>().join(", ")
+    SUPPORTED
+        .iter()
+        .filter_map(|(.., g)| *g)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Hugging Face → llama.cpp names of the model-wide tensors.
@@ -80,11 +96,18 @@ const GLOBAL: [(&str, &str); 3] = [
 impl Arch {
     /// The architecture `config.json` names (`architectures[0]`, else `model_type`).
     pub(crate) fn of(c: &HfConfig) -> Result<Self, ConfigError> {
-        let name = c.architectures.first().cloned().or(c.model_type.clone()).unwrap_or_default();
+        let name = c
+            .architectures
+            .first()
+            .cloned()
+            .or(c.model_type.clone())
+            .unwrap_or_default();
         SUPPORTED
             .iter()
             .find(|(_, hf, m, _)| {
-                hf.contains(&name.as_str()) || m.contains(&name.as_str()) || c.model_type.as_deref().is_some_and(|t| m.contains(&t))
+                hf.contains(&name.as_str())
+                    || m.contains(&name.as_str())
+                    || c.model_type.as_deref().is_some_and(|t| m.contains(&t))
             })
             .map(|(a, ..)| *a)
             .ok_or(ConfigError::Unsupported(name))
@@ -97,13 +120,19 @@ impl Arch {
             .find(|(.., g)| *g == Some(name))
             .map(|(a, ..)| *a)
             .ok_or_else(|| {
-                ConfigError::Unsupported(format!("GGUF architecture `{name}` (GGUF files: {})", supported_gguf()))
+                ConfigError::Unsupported(format!(
+                    "GGUF architecture `{name}` (GGUF files: {})",
+                    supported_gguf()
+                ))
             })
     }
 
     /// The Hugging Face architecture name GGUF metadata is translated under.
     fn hf_name(self) -> &'static str {
-        SUPPORTED.iter().find(|(a, ..)| *a == self).map_or("", |(_, hf, ..)| hf[0])
+        SUPPORTED
+            .iter()
+            .find(|(a, ..)| *a == self)
+            .map_or("", |(_, hf, ..)| hf[0])
     }
 
     fn is_gemma(self) -> bool {
@@ -183,7 +212,10 @@ impl Arch {
     pub fn layer_shapes(self, c: &ModelConfig) -> Vec<(&'static str, Vec<usize>)> {
         let (h, hd, i) = (c.hidden_size, c.head_dim, c.intermediate_size);
         let (q, kv) = (c.num_heads * hd, c.num_kv_heads * hd);
-        let mut shapes = vec![("self_attn.o_proj.weight", vec![h, q]), ("mlp.down_proj.weight", vec![h, i])];
+        let mut shapes = vec![
+            ("self_attn.o_proj.weight", vec![h, q]),
+            ("mlp.down_proj.weight", vec![h, i]),
+        ];
         match c.fused_qkv {
             true => shapes.push(("self_attn.qkv_proj.weight", vec![q + 2 * kv, h])),
             false => shapes.extend([
@@ -194,7 +226,10 @@ impl Arch {
         }
         match c.fused_gate_up {
             true => shapes.push(("mlp.gate_up_proj.weight", vec![2 * i, h])),
-            false => shapes.extend([("mlp.gate_proj.weight", vec![i, h]), ("mlp.up_proj.weight", vec![i, h])]),
+            false => shapes.extend([
+                ("mlp.gate_proj.weight", vec![i, h]),
+                ("mlp.up_proj.weight", vec![i, h]),
+            ]),
         }
         if c.qkv_bias {
             shapes.extend([
@@ -204,7 +239,10 @@ impl Arch {
             ]);
         }
         if c.qk_norm {
-            shapes.extend([("self_attn.q_norm.weight", vec![hd]), ("self_attn.k_norm.weight", vec![hd])]);
+            shapes.extend([
+                ("self_attn.q_norm.weight", vec![hd]),
+                ("self_attn.k_norm.weight", vec![hd]),
+            ]);
         }
         let norms: &[&'static str] = match self.is_gemma() {
             true => &gemma::NORMS,
@@ -215,10 +253,15 @@ impl Arch {
     }
 
     /// Takes layer `i`'s tensors from `ckpt`.
-    pub(crate) fn load_block(self, c: &ModelConfig, i: usize, ckpt: &mut dyn Tensors) -> Result<Block, LoadError> {
+    pub(crate) fn load_block(
+        self,
+        c: &ModelConfig,
+        i: usize,
+        ckpt: &mut dyn Tensors,
+    ) -> Result<Block, LoadError> {
         match self.is_gemma() {
-            true => gemma::Layer::load(c, i, ckpt).map(Block::Gemma),
-            false => llama::Layer::load(c, i, ckpt).map(Block::Llama),
+            true => gemma::Layer::load(c, i, ckpt).map(|l| Block::Gemma(Box::new(l))),
+            false => llama::Layer::load(c, i, ckpt).map(|l| Block::Llama(Box::new(l))),
         }
     }
 
@@ -235,14 +278,21 @@ impl Arch {
 #[derive(Debug, Clone)]
 pub enum Block {
     /// Llama, Mistral, Qwen, SmolLM3, Phi-3.
-    Llama(llama::Layer),
+    Llama(Box<llama::Layer>),
     /// Gemma 2 and 3.
-    Gemma(gemma::Layer),
+    Gemma(Box<gemma::Layer>),
 }
 
 impl Block {
     /// Layer `i` of `c` on `x: [b, s, h]` → `[b, s, h]`, appending to `cache`.
-    pub fn forward(&self, x: Tensor<3>, c: &ModelConfig, i: usize, cache: &mut KvCache, at: &Positions) -> Tensor<3> {
+    pub fn forward(
+        &self,
+        x: Tensor<3>,
+        c: &ModelConfig,
+        i: usize,
+        cache: &mut KvCache,
+        at: &Positions,
+    ) -> Tensor<3> {
         match self {
             Self::Llama(l) => l.forward(x, c, i, cache, at),
             Self::Gemma(l) => l.forward(x, c, i, cache, at),
@@ -281,7 +331,12 @@ pub(crate) fn load_attention_mlp(
     let (h, hd, inter) = (c.hidden_size, c.head_dim, c.intermediate_size);
     let (q, kv) = (c.num_heads * hd, c.num_kv_heads * hd);
     let qkv = match c.fused_qkv {
-        true => Qkv::Fused(Linear::take(ckpt, &format!("{p}.self_attn.qkv_proj"), [q + 2 * kv, h], false)?),
+        true => Qkv::Fused(Linear::take(
+            ckpt,
+            &format!("{p}.self_attn.qkv_proj"),
+            [q + 2 * kv, h],
+            false,
+        )?),
         false => Qkv::Split {
             q: Linear::take(ckpt, &format!("{p}.self_attn.q_proj"), [q, h], c.qkv_bias)?,
             k: Linear::take(ckpt, &format!("{p}.self_attn.k_proj"), [kv, h], c.qkv_bias)?,
@@ -302,7 +357,12 @@ pub(crate) fn load_attention_mlp(
         k_norm,
     };
     let gate_up = match c.fused_gate_up {
-        true => GateUp::Fused(Linear::take(ckpt, &format!("{p}.mlp.gate_up_proj"), [2 * inter, h], false)?),
+        true => GateUp::Fused(Linear::take(
+            ckpt,
+            &format!("{p}.mlp.gate_up_proj"),
+            [2 * inter, h],
+            false,
+        )?),
         false => GateUp::Split {
             gate: Linear::take(ckpt, &format!("{p}.mlp.gate_proj"), [inter, h], false)?,
             up: Linear::take(ckpt, &format!("{p}.mlp.up_proj"), [inter, h], false)?,

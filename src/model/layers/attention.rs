@@ -18,8 +18,13 @@ use crate::model::config::ModelConfig;
 
 /// The q, k and v projections.
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant, reason = "one per layer, never moved in a loop")]
 pub enum Qkv {
-    Split { q: Linear, k: Linear, v: Linear },
+    Split {
+        q: Linear,
+        k: Linear,
+        v: Linear,
+    },
     /// One `[(H + 2K)·d, h]` projection, rows q then k then v (Phi-3's `qkv_proj`).
     Fused(Linear),
 }

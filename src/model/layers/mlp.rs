@@ -11,8 +11,12 @@ use crate::model::config::Act;
 
 /// The gate and up projections.
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant, reason = "one per layer, never moved in a loop")]
 pub enum GateUp {
-    Split { gate: Linear, up: Linear },
+    Split {
+        gate: Linear,
+        up: Linear,
+    },
     /// One `[2i, h]` projection, gate rows then up rows.
     Fused(Linear),
 }

@@ -82,13 +82,21 @@ impl Rope {
         let theta = f.rope_theta.unwrap_or(theta);
         let partial = f.partial_rotary_factor.or(c.partial_rotary_factor).unwrap_or(1.0);
         if !(partial > 0.0 && partial <= 1.0) {
-            return Err(invalid("partial_rotary_factor", format!("{partial} is not in (0, 1]")));
+            return Err(invalid(
+                "partial_rotary_factor",
+                format!("{partial} is not in (0, 1]"),
+            ));
         }
         let rotary_dim = (head_dim as f64 * partial) as usize;
-        let original = f.original_max_position_embeddings.or(c.original_max_position_embeddings);
+        let original = f
+            .original_max_position_embeddings
+            .or(c.original_max_position_embeddings);
         let scaling = match f.rope_type.as_deref() {
             None | Some("default") => RopeScaling::None,
-            Some("linear") => RopeScaling::Linear(f.factor.ok_or_else(|| invalid("rope_scaling", "linear scaling needs `factor`"))?),
+            Some("linear") => RopeScaling::Linear(
+                f.factor
+                    .ok_or_else(|| invalid("rope_scaling", "linear scaling needs `factor`"))?,
+            ),
             Some("llama3") => RopeScaling::Llama3(Llama3Scaling {
                 factor: f.factor.unwrap_or(8.0),
                 low_freq_factor: f.low_freq_factor.unwrap_or(1.0),
@@ -132,7 +140,10 @@ impl Rope {
         if self.rotary_dim == 0 || !self.rotary_dim.is_multiple_of(2) || self.rotary_dim > head_dim {
             return Err(invalid(
                 "partial_rotary_factor",
-                format!("{} rotary features of head_dim {head_dim}: rope needs an even count", self.rotary_dim),
+                format!(
+                    "{} rotary features of head_dim {head_dim}: rope needs an even count",
+                    self.rotary_dim
+                ),
             ));
         }
         let half = self.rotary_dim / 2;
@@ -149,7 +160,10 @@ impl Rope {
         if let Some(f) = &self.factors
             && f.len() != half
         {
-            return Err(invalid("rope_freqs", format!("{} factors; rotary_dim / 2 = {half}", f.len())));
+            return Err(invalid(
+                "rope_freqs",
+                format!("{} factors; rotary_dim / 2 = {half}", f.len()),
+            ));
         }
         Ok(())
     }
@@ -183,8 +197,8 @@ impl Rope {
                         } else if wavelen > low_wavelen {
                             f / s.factor
                         } else {
-                            let smooth =
-                                (old / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+                            let smooth = (old / wavelen - s.low_freq_factor)
+                                / (s.high_freq_factor - s.low_freq_factor);
                             (1.0 - smooth) * f / s.factor + smooth * f
                         }
                     }
