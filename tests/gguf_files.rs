@@ -339,3 +339,50 @@ fn unsupported_architecture_and_missing_metadata_are_named() {
     assert!(e.to_string().contains("`llama.block_count`"), "{e}");
     assert!(g.get("llama.block_count").is_some());
 }
+
+/// A family file whose values are inconsistent is an error naming the key or field: a per-layer window
+/// pattern of the wrong length, KV heads that do not divide the heads, LongRoPE factors without the
+/// original context; an unknown family lists the supported ones.
+#[test]
+fn inconsistent_family_metadata_is_named() {
+    use kiln::loader::{Array, Value, gguf_write};
+    let rewrite = |file: &[u8], edit: &dyn Fn(&mut std::collections::BTreeMap<String, Value>)| {
+        let g = Gguf::parse(file).unwrap();
+        let mut meta = g.metadata.clone();
+        edit(&mut meta);
+        gguf_write::write(&meta, &gguf_write::tensors_of(&g)).unwrap()
+    };
+    let error = |bytes: &[u8]| gguf_model::config(&Gguf::parse(bytes).unwrap()).unwrap_err().to_string();
+    let gemma = include_bytes!("fixtures/gguf/tiny-gemma3.gguf");
+    let phi = include_bytes!("fixtures/gguf/tiny-phi3.gguf");
+    assert!(gguf_model::config(&Gguf::parse(gemma).unwrap()).is_ok());
+    let bad = rewrite(gemma, &|m| {
+        m.insert(
+            "gemma3.attention.sliding_window_pattern".into(),
+            Value::Array(Array::Bool(vec![true, false])),
+        );
+    });
+    let e = error(&bad);
+    assert!(e.contains("gemma3.attention.sliding_window_pattern"), "{e}");
+    let bad = rewrite(gemma, &|m| {
+        m.insert("gemma3.attention.head_count_kv".into(), Value::U32(3));
+    });
+    let e = error(&bad);
+    assert!(e.contains("num_key_value_heads"), "{e}");
+    // A window of 0 is none, as llama.cpp reads it (its converter writes a null window as 0).
+    let none = rewrite(gemma, &|m| {
+        m.insert("gemma3.attention.sliding_window".into(), Value::U32(0));
+    });
+    let c = gguf_model::config(&Gguf::parse(&none).unwrap()).unwrap();
+    assert!(!c.has_window(), "{:?}", c.layers);
+    let bad = rewrite(phi, &|m| {
+        m.remove("phi3.rope.scaling.original_context_length");
+    });
+    let e = error(&bad);
+    assert!(e.contains("original_max_position_embeddings"), "{e}");
+    let bad = rewrite(phi, &|m| {
+        m.insert("general.architecture".into(), Value::String("phi2".into()));
+    });
+    let e = error(&bad);
+    assert!(e.contains("phi2") && e.contains("gemma3") && e.contains("smollm3"), "{e}");
+}

@@ -131,7 +131,8 @@ pub(crate) fn resolve(arch: Arch, c: &HfConfig) -> Result<ModelConfig, ConfigErr
 /// The Gemma keys of a GGUF file (see the module docs).
 pub(crate) fn gguf_config(arch: Arch, m: &Meta<'_, '_>, hf: &mut HfConfig) -> Result<(), LoadError> {
     let n = hf.num_hidden_layers;
-    hf.sliding_window = m.opt_usize("attention.sliding_window")?;
+    // llama.cpp: a window of 0 is none (its converter writes a null window as 0).
+    hf.sliding_window = m.opt_usize("attention.sliding_window")?.filter(|&w| w > 0);
     if arch == Arch::Gemma2 {
         hf.sliding_window = hf.sliding_window.or(Some(4096));
     }
