@@ -8,9 +8,10 @@
 // (`tokenizer.ggml.add_bos_token`), MAX_TOKENS greedy tokens (temperature 0), ended early only by the model's
 // own end of generation. Per-prompt timings are printed; nothing asserts on them.
 //
-// Time on the 2-core development machine: wllama about 6 s a prompt; kiln's CPU backend runs all five.
-// SwiftShader is ~150x slower than kiln's CPU backend, so WebGPU runs the first prompt by default;
-// KILN_GEMMA3_WEBGPU=all runs all five there, KILN_GEMMA3_WEBGPU=0 none.
+// Time on the 2-core development machine (2026-12-01, with a compile beside it): wllama loads in 6-11 s and
+// takes 8-10 s a prompt (32 tokens; ~1 s for a tokenizer-only one), 60 s in all. kiln's CPU backend runs all
+// of them. SwiftShader is ~150x slower than kiln's CPU backend, so WebGPU runs one prompt by default (the
+// French one); KILN_GEMMA3_WEBGPU=all runs all five there, KILN_GEMMA3_WEBGPU=0 none.
 //
 // Serves what it needs itself (like bench/bench.mjs): `/pkg/` (the built package), `/models/` ($KILN_CACHE,
 // default .cache/kiln), `/wllama/` (node_modules/@wllama/wllama), with the cross-origin isolation headers.
@@ -52,7 +53,9 @@ const TOKENIZER_ONLY = [
 const ALL_PROMPTS = [...PROMPTS, ...TOKENIZER_ONLY];
 
 const webgpuMode = process.env.KILN_GEMMA3_WEBGPU ?? 'first';
-const WEBGPU_PROMPTS = webgpuMode === 'all' ? PROMPTS : ['0', 'off', 'none'].includes(webgpuMode) ? [] : PROMPTS.slice(0, 1);
+// By default the French prompt on WebGPU: the widest greedy margin (0.81), 12 prompt tokens, non-ASCII output.
+const WEBGPU_PROMPTS = webgpuMode === 'all' ? PROMPTS
+  : ['0', 'off', 'none'].includes(webgpuMode) ? [] : PROMPTS.filter((p) => p.name === 'non-ascii');
 
 const types = {
   '.html': 'text/html; charset=utf-8', '.js': 'text/javascript; charset=utf-8', '.mjs': 'text/javascript; charset=utf-8',
@@ -160,16 +163,15 @@ async function wllamaRun({ model, prompts, maxTokens }) {
     // The gap between the two most likely tokens at each step (natural log): a small one is a near-tie that
     // rounding can flip.
     const content = choice.logprobs?.content ?? null;
-    let margin = null;
-    if (Array.isArray(content)) {
-      margin = Math.min(...content.map((c) => {
-        const top = (c.top_logprobs ?? []).map((t) => t.logprob).sort((a, b) => b - a);
-        return top.length >= 2 ? top[0] - top[1] : Infinity;
-      }));
-    }
+    const gaps = Array.isArray(content) ? content.map((c) => {
+      const top = (c.top_logprobs ?? []).map((t) => t.logprob).sort((a, b) => b - a);
+      return top.length >= 2 ? top[0] - top[1] : Infinity;
+    }) : null;
+    const margin = gaps ? Math.min(...gaps) : null;
     const out = {
       name, prompt: text, tokenizerOnly: tokens === 1, text: choice.text, finish_reason: choice.finish_reason, usage: r.usage, ms, margin,
       completion_ids: Array.isArray(content) ? content.map((c) => c.id ?? null) : null,
+      pieces: Array.isArray(content) ? content.map((c) => c.token) : null, gaps,
       timings: r.timings ?? null,
     };
     log(`wllama ${name}: ${r.usage.prompt_tokens} prompt + ${r.usage.completion_tokens} tokens in ${ms.toFixed(0)} ms: ${JSON.stringify(choice.text)}`);
@@ -218,9 +220,24 @@ test(`wllama (llama.cpp) reference: Gemma 3 270M Q4_K_M, ${PROMPTS.length} greed
   for (const r of result.results) {
     console.log(`wllama ${r.name}: ${(r.ms / 1000).toFixed(1)} s, ${r.usage.prompt_tokens} prompt tokens, ${r.usage.completion_tokens} generated (${r.finish_reason}), smallest top-2 gap ${r.margin?.toFixed(3)}, ids ${JSON.stringify(r.completion_ids)}: ${JSON.stringify(r.text)}`);
     assert.ok(r.usage.completion_tokens > 0 && r.text.length > 0, `${r.name}: wllama generated nothing`);
+    assert.equal(divergence(r, r.text), r.pieces ? ' (kiln went on after llama.cpp\'s last token)' : '', `${r.name}: llama.cpp's pieces spell its text`);
   }
   reference = result.results;
 });
+
+/** Where `text` leaves llama.cpp's tokens, and how close llama.cpp's top two were there (a near-tie or not). */
+function divergence(want, text) {
+  if (!want.pieces) return '';
+  let at = 0;
+  for (let i = 0; i < want.pieces.length; i++) {
+    const next = at + want.pieces[i].length;
+    if (text.slice(at, next) !== want.pieces[i]) {
+      return ` (first differs at generated token ${i}, ${JSON.stringify(want.pieces[i])}; llama.cpp's top-2 gap there ${want.gaps[i].toFixed(3)} nats)`;
+    }
+    at = next;
+  }
+  return ' (kiln went on after llama.cpp\'s last token)';
+}
 
 /** Runs kiln on `device` over `prompts` and compares with the reference, prompt by prompt. */
 async function compare(device, prompts) {
@@ -237,7 +254,7 @@ async function compare(device, prompts) {
     const want = reference.find((w) => w.name === r.name);
     assert.equal(r.usage.prompt_tokens, want.usage.prompt_tokens, `${r.name}: prompt tokens, kiln ${device} vs llama.cpp (${JSON.stringify(want.prompt)})`);
     if (want.tokenizerOnly) continue;
-    assert.equal(r.text, want.text, `${r.name}: greedy text, kiln ${device} vs llama.cpp`);
+    assert.equal(r.text, want.text, `${r.name}: greedy text, kiln ${device} vs llama.cpp${divergence(want, r.text)}`);
     assert.equal(r.usage.completion_tokens, want.usage.completion_tokens, `${r.name}: completion tokens`);
     assert.equal(r.finish_reason, want.finish_reason, `${r.name}: finish_reason`);
   }
