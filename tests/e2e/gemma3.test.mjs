@@ -193,7 +193,9 @@ async function kilnRun({ model, prompts, maxTokens, device }) {
     return { loadError: { name: e.name, message: e.message, status: e.status, code: e.code, param: e.param } };
   }
   const loadMs = performance.now() - t0;
-  log(`kiln ${device}: loaded in ${loadMs.toFixed(0)} ms on ${JSON.stringify(engine.device)}`);
+  // Read before `unload`, after which the engine has no model.
+  const onDevice = engine.device;
+  log(`kiln ${device}: loaded in ${loadMs.toFixed(0)} ms on ${JSON.stringify(onDevice)}`);
   const results = [];
   try {
     for (const { name, text, tokens } of prompts) {
@@ -207,7 +209,7 @@ async function kilnRun({ model, prompts, maxTokens, device }) {
   } finally {
     await engine.unload();
   }
-  return { device: engine.device, load_ms: loadMs, results };
+  return { device: onDevice, load_ms: loadMs, results };
 }
 
 let reference = null;
