@@ -45,9 +45,6 @@ pub(crate) struct HfConfig {
     pub(crate) architectures: Vec<String>,
     #[serde(default)]
     pub(crate) model_type: Option<String>,
-    /// Gemma 3 checkpoints nest the decoder's fields here (`Gemma3ForConditionalGeneration`).
-    #[serde(default)]
-    pub(crate) text_config: Option<Box<HfConfig>>,
     #[serde(default)]
     pub(crate) vocab_size: usize,
     #[serde(default)]
@@ -230,15 +227,6 @@ impl ModelConfig {
     /// checked.
     pub(crate) fn resolve(c: HfConfig) -> Result<Self, ConfigError> {
         let arch = Arch::of(&c)?;
-        // A multimodal Gemma 3 checkpoint keeps the text decoder's fields in `text_config`.
-        let c = match c.text_config {
-            Some(text) if c.hidden_size == 0 => HfConfig {
-                architectures: c.architectures,
-                model_type: c.model_type,
-                ..*text
-            },
-            _ => c,
-        };
         let config = arch.resolve(&c)?;
         config.check()?;
         Ok(config)

@@ -62,8 +62,8 @@ const SUPPORTED: [Entry; 8] = [
     (Arch::Gemma2, &["Gemma2ForCausalLM"], &["gemma2"], Some("gemma2")),
     (
         Arch::Gemma3,
-        &["Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"],
-        &["gemma3_text", "gemma3"],
+        &["Gemma3ForCausalLM"],
+        &["gemma3_text"],
         Some("gemma3"),
     ),
 ];
