@@ -352,7 +352,11 @@ fn inconsistent_family_metadata_is_named() {
         edit(&mut meta);
         gguf_write::write(&meta, &gguf_write::tensors_of(&g)).unwrap()
     };
-    let error = |bytes: &[u8]| gguf_model::config(&Gguf::parse(bytes).unwrap()).unwrap_err().to_string();
+    let error = |bytes: &[u8]| {
+        gguf_model::config(&Gguf::parse(bytes).unwrap())
+            .unwrap_err()
+            .to_string()
+    };
     let gemma = include_bytes!("fixtures/gguf/tiny-gemma3.gguf");
     let phi = include_bytes!("fixtures/gguf/tiny-phi3.gguf");
     assert!(gguf_model::config(&Gguf::parse(gemma).unwrap()).is_ok());
@@ -384,5 +388,8 @@ fn inconsistent_family_metadata_is_named() {
         m.insert("general.architecture".into(), Value::String("phi2".into()));
     });
     let e = error(&bad);
-    assert!(e.contains("phi2") && e.contains("gemma3") && e.contains("smollm3"), "{e}");
+    assert!(
+        e.contains("phi2") && e.contains("gemma3") && e.contains("smollm3"),
+        "{e}"
+    );
 }

@@ -166,12 +166,20 @@ pub fn gelu_tanh_mul<const D: usize>(gate: Tensor<D>, up: Tensor<D>) -> Tensor<D
             Tensor::from_primitive::<Flex>(FlexTensor::from_data(TensorData::new(out, shape)))
         }
         _ => {
-            // 0.5·g·(1 + tanh(√(2/π)·(g + 0.044715·g³))).
+            // 0.5·g·(1 + tanh(z)) = g / (1 + e^(−2z)), z = √(2/π)·(g + 0.044715·g³): no `tanh`, which some
+            // WebGPU implementations compute as (e^2z − 1)/(e^2z + 1), NaN once e^2z overflows.
             let cube = gate.clone().powi_scalar(3).mul_scalar(0.044_715);
-            let inner = (gate.clone() + cube).mul_scalar((2.0 / std::f64::consts::PI).sqrt());
-            gate.mul_scalar(0.5) * inner.tanh().add_scalar(1.0) * up
+            let z = (gate.clone() + cube).mul_scalar(-2.0 * (2.0 / std::f64::consts::PI).sqrt());
+            gate / z.exp().add_scalar(1.0) * up
         }
     }
+}
+
+/// `cap · tanh(x / cap)` (logit softcapping), as `cap · (1 − 2 / (e^(2x/cap) + 1))`: finite for every finite
+/// `x` on every device (a WebGPU `tanh` computed as a quotient of exponentials is NaN for large arguments).
+pub fn softcap<const D: usize>(x: Tensor<D>, cap: f64) -> Tensor<D> {
+    let e = x.mul_scalar(2.0 / cap).exp().add_scalar(1.0);
+    e.recip().mul_scalar(-2.0 * cap).add_scalar(cap)
 }
 
 /// Softmax over the last dimension, on the tensor's device: one pass per row with a vectorized `exp` on

@@ -185,7 +185,7 @@ impl Decoder {
     /// The final logit softcapping of the config, if any: `cap · tanh(logits / cap)`.
     pub(super) fn cap_logits(&self, logits: Tensor<2>) -> Tensor<2> {
         match self.config.final_softcap {
-            Some(cap) => logits.div_scalar(cap).tanh().mul_scalar(cap),
+            Some(cap) => crate::kernels::softcap(logits, cap),
             None => logits,
         }
     }

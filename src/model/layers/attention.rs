@@ -144,7 +144,7 @@ impl Attention {
         };
         let mut scores = q.matmul(expand(keys).swap_dims(2, 3)).mul_scalar(c.attn_scale); // [b, H, s, t]
         if let Some(cap) = c.attn_softcap {
-            scores = scores.div_scalar(cap).tanh().mul_scalar(cap);
+            scores = kernels::softcap(scores, cap);
         }
         if let Some(m) = at.masks.get(&kind.window) {
             scores = scores + m.clone();
