@@ -1,7 +1,8 @@
 //! Where a wgpu decode step's time goes: `cargo run --example decode_profile -- MODEL.gguf [steps]`.
 //!
 //! Loads the model on wgpu, prefills 64 tokens, times `steps` greedy decode steps one by one (each
-//! synchronised by reading its logits back), then times kiln's GEMV alone on the decoder's matmul shapes
+//! synchronised by reading its logits back; through the fused kernels where the model has them, the
+//! generic path with `PROFILE_GENERIC=1`), then times kiln's GEMV alone on the decoder's matmul shapes
 //! (random Q4_1 blocks) against burn's f32 matmul on the same shapes. Timings only.
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -20,7 +21,13 @@ fn main() {
     let bytes = std::fs::read(&path).expect("read model");
     let dev = block_on(kiln::engine::device::gpu()).expect("wgpu").device;
     let model = Model::from_gguf("p", &bytes, &dev).expect("load");
-    let dec = &model.decoder;
+    let mut generic = model.decoder.clone();
+    generic.set_fused(false);
+    // PROFILE_GENERIC=1: the generic burn-op step instead of the fused kernels.
+    let dec = match std::env::var_os("PROFILE_GENERIC") {
+        Some(_) => &generic,
+        None => &model.decoder,
+    };
     let sync = |t: Tensor<3>| {
         let d = block_on(t.into_data_async()).expect("read");
         d.try_into_vec::<f32>().expect("f32")
@@ -124,7 +131,8 @@ fn main() {
             let mut slots = cache.borrow_mut();
             let (k, v) = &mut *slots;
             let slot = fused::CacheSlot { keys: k, values: v };
-            fused::attention_append(q.clone(), kv.clone(), kv.clone(), (&table, &table), pos, slot)
+            let how = fused::Attend::plain(c.head_dim, (&table, &table));
+            fused::attention_append(q.clone(), kv.clone(), kv.clone(), how, pos, slot)
         };
         eprintln!("attention_append pos=63: {:.3} ms", time(&|| attend(63)));
         eprintln!("attention_append pos=511: {:.3} ms", time(&|| attend(511)));
@@ -232,7 +240,8 @@ fn compile_times(dev: &burn::tensor::Device, c: &kiln::model::config::ModelConfi
         let mut slots = cache.borrow_mut();
         let (k, v) = &mut *slots;
         let slot = fused::CacheSlot { keys: k, values: v };
-        fused::attention_append(q.clone(), kv.clone(), kv.clone(), (&table, &table), 64, slot)
+        let how = fused::Attend::plain(d, (&table, &table));
+        fused::attention_append(q.clone(), kv.clone(), kv.clone(), how, 64, slot)
     });
     for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
         let row = ty.row_bytes(h).expect("row");

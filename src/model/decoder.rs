@@ -104,6 +104,11 @@ impl Decoder {
         self.fused = on && matches!(self.device.as_dispatch(), DispatchDevice::Cube(_)) && self.fusable();
     }
 
+    /// Whether single-position steps take the fused decode kernels ([`Decoder::set_fused`]).
+    pub fn is_fused(&self) -> bool {
+        self.fused
+    }
+
     /// The device the weights live on.
     pub fn device(&self) -> &Device {
         &self.device

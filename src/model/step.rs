@@ -1,25 +1,42 @@
 //! One decode step (one new position per sequence) on wgpu through the fused kernels of
-//! `kernels::gpu::decode`: per layer RMSNorm (fused with the residual add), the q/k/v projections, rope with
-//! the cache append and attention over the cache in one kernel, the output projection, and the MLP with
-//! `silu(gate) · up` in one kernel: eleven dispatches per layer (the last, the residual add with the next
-//! RMSNorm) where the generic path launches some sixty. (A GEMV computing gate, up and their product in one
-//! launch measured no faster per step on lavapipe and cost ~270 ms more pipeline compilation on the first
-//! step.) The kernels implement the pre-norm Llama layer with separate projections, whole-head rope from one
-//! table, full attention scaled by `1/√d` and SiLU; other shapes take the generic path.
+//! `kernels::gpu::decode`, for the pre-norm Llama layer and Gemma's sandwich layer alike. Per layer:
+//!
+//! | launches | Llama (`Block::Llama`)            | Gemma 2/3 (`Block::Gemma`)                      |
+//! |----------|-----------------------------------|-------------------------------------------------|
+//! | 3        | q, k, v projections               | the same                                        |
+//! | 1        | q/k norm (Qwen3), rope, attention | q/k norm (Gemma 3), the layer's rope, attention |
+//! | 1        | output projection                 | the same                                        |
+//! | 1        | `x + o`, RMSNorm                  | `x + rmsnorm(o)·post_attn`, RMSNorm             |
+//! | 2        | gate, up projections              | the same                                        |
+//! | 1        | `silu(gate) · up`                 | `gelu_tanh(gate) · up`                          |
+//! | 1        | down projection                   | the same                                        |
+//! | 1        | `x + mlp`, the next RMSNorm       | `x + rmsnorm(mlp)·post_ffw`, the next RMSNorm   |
+//!
+//! "Attention" is one [`fused::attention_append`]: rope, the cache append and attention over the cache; for
+//! Gemma with the layer's window (local layers) and Gemma 2's logit softcap.
+//!
+//! Eleven in all (more where a projection has a bias), where the generic path launches some sixty (more
+//! for Gemma's four norms and GELU). Per step besides: the embedding rows (and Gemma's `√h` scale), the
+//! first RMSNorm, the `lm_head` and any final softcap. (A GEMV computing gate, up and their product in
+//! one launch measured no faster per step on lavapipe and cost ~270 ms more pipeline compilation on the
+//! first step.)
+//!
+//! What the kernels implement ([`Decoder::fusable`]): separate q/k/v and gate/up projections, whole-head
+//! rope from one table per layer (or none), any score scale, window and softcap, SiLU or GELU-tanh. Fused
+//! projections (Phi-3), partial rotary and LongRoPE take the generic path.
 //!
 //! Activations are `[b, features]` throughout.
 
 use burn::tensor::Tensor;
 
 use super::arch::Block;
-use super::arch::llama::Layer;
 use super::config::Act;
 use super::decoder::Decoder;
-use super::layers::attention::Qkv;
+use super::layers::attention::{Attention, Qkv};
 use super::layers::kv_cache::KvCache;
 use super::layers::linear::Linear;
-use super::layers::mlp::GateUp;
-use crate::kernels::gpu::decode::{self as fused, CacheSlot};
+use super::layers::mlp::{GateUp, Mlp};
+use crate::kernels::gpu::decode::{self as fused, Attend, CacheSlot};
 
 /// `x: [r, in]` through `l` → `[r, out]`.
 fn apply(l: &Linear, x: Tensor<2>) -> Tensor<2> {
@@ -28,14 +45,60 @@ fn apply(l: &Linear, x: Tensor<2>) -> Tensor<2> {
     l.forward(x.reshape([r, 1, n])).reshape([r, out])
 }
 
-/// The projections of a layer the fused kernels implement: `(q, k, v, gate, up)`.
-fn parts(block: &Block) -> Option<(&Layer, [&Linear; 5])> {
-    let Block::Llama(layer) = block else {
-        return None;
-    };
-    match (&layer.attn.qkv, &layer.mlp.gate_up) {
-        (Qkv::Split { q, k, v }, GateUp::Split { gate, up }) => Some((layer, [q, k, v, gate, up])),
+/// A layer as the fused step sees it; norms `[h]`.
+struct Fusable<'a> {
+    attn: &'a Attention,
+    /// `(q, k, v, gate, up)`.
+    proj: [&'a Linear; 5],
+    down: &'a Linear,
+    /// Before attention (Llama's `input_layernorm`, Gemma's `pre_attn`) and before the MLP.
+    pre_attn: &'a Tensor<1>,
+    pre_mlp: &'a Tensor<1>,
+    /// Gemma's norms of the attention and MLP outputs, `(post_attn, post_ffw)`.
+    post: Option<(&'a Tensor<1>, &'a Tensor<1>)>,
+}
+
+/// `(q, k, v, gate, up)` when they are separate projections.
+fn split<'a>(attn: &'a Attention, mlp: &'a Mlp) -> Option<[&'a Linear; 5]> {
+    match (&attn.qkv, &mlp.gate_up) {
+        (Qkv::Split { q, k, v }, GateUp::Split { gate, up }) => Some([q, k, v, gate, up]),
         _ => None,
+    }
+}
+
+/// The layer in the shape the fused kernels implement, if it is.
+fn parts(block: &Block) -> Option<Fusable<'_>> {
+    Some(match block {
+        Block::Llama(l) => Fusable {
+            attn: &l.attn,
+            proj: split(&l.attn, &l.mlp)?,
+            down: &l.mlp.down,
+            pre_attn: &l.attn_norm,
+            pre_mlp: &l.mlp_norm,
+            post: None,
+        },
+        Block::Gemma(l) => Fusable {
+            attn: &l.attn,
+            proj: split(&l.attn, &l.mlp)?,
+            down: &l.mlp.down,
+            pre_attn: &l.pre_attn,
+            pre_mlp: &l.pre_ffw,
+            post: Some((&l.post_attn, &l.post_ffw)),
+        },
+    })
+}
+
+/// `(x + delta, its RMSNorm by w)`, or with `delta` normalised by `wd` first (Gemma).
+fn residual(
+    x: Tensor<2>,
+    delta: Tensor<2>,
+    wd: Option<&Tensor<1>>,
+    w: &Tensor<1>,
+    eps: f32,
+) -> (Tensor<2>, Tensor<2>) {
+    match wd {
+        Some(wd) => fused::norm_add_rms_norm(x, delta, wd, w, eps),
+        None => fused::add_rms_norm(x, delta, w, eps),
     }
 }
 
@@ -43,17 +106,13 @@ impl Decoder {
     /// Whether every layer has the shape the fused kernels implement.
     pub(super) fn fusable(&self) -> bool {
         let c = &self.config;
-        let plain_rope = self.ropes.len() == 1
-            && self.ropes[0].plain_tables()
-            && self.ropes[0].rope.rotary_dim == c.head_dim;
-        let scale = (c.attn_scale * (c.head_dim as f64).sqrt() - 1.0).abs() < 1e-12;
-        plain_rope
-            && scale
-            && c.act == Act::Silu
-            && c.attn_softcap.is_none()
-            && c.final_softcap.is_none()
-            && c.embed_scale.is_none()
-            && c.layers.iter().all(|l| l.window.is_none() && l.rope == Some(0))
+        let whole_head = |r: usize| {
+            self.ropes
+                .get(r)
+                .is_some_and(|t| t.plain_tables() && t.rope.rotary_dim == c.head_dim)
+        };
+        c.head_dim.is_multiple_of(2)
+            && c.layers.iter().all(|l| l.rope.is_none_or(whole_head))
             && self.blocks.iter().all(|b| parts(b).is_some())
     }
 
@@ -62,34 +121,45 @@ impl Decoder {
     pub(super) fn step(&self, tokens: &[Vec<u32>], cache: &mut KvCache) -> Tensor<3> {
         let c = &self.config;
         let b = tokens.len();
-        let (h, d, heads, kv) = (c.hidden_size, c.head_dim, c.num_heads, c.num_kv_heads);
+        let h = c.hidden_size;
         let eps = c.rms_norm_eps as f32;
         let pos = cache.len;
         let layers: Vec<_> = self.blocks.iter().filter_map(parts).collect();
-        let table = &self.ropes[0];
         let mut x = self.embed.rows(tokens, &self.device).reshape([b, h]);
-        let mut hn = match layers.first() {
-            Some((first, _)) => fused::rms_norm(x.clone(), &first.attn_norm, eps),
-            None => fused::rms_norm(x.clone(), &self.norm, eps),
-        };
-        for (i, (layer, [wq, wk, wv, gate, up])) in layers.iter().enumerate() {
-            let mut q = apply(wq, hn.clone());
-            let mut k = apply(wk, hn.clone());
-            let v = apply(wv, hn);
-            if let (Some(qn), Some(kn)) = (&layer.attn.q_norm, &layer.attn.k_norm) {
-                q = fused::rms_norm(q.reshape([b * heads, d]), qn, eps).reshape([b, heads * d]);
-                k = fused::rms_norm(k.reshape([b * kv, d]), kn, eps).reshape([b, kv * d]);
-            }
+        if let Some(scale) = c.embed_scale {
+            x = x.mul_scalar(scale as f32);
+        }
+        let mut hn = fused::rms_norm(x.clone(), layers.first().map_or(&self.norm, |l| l.pre_attn), eps);
+        for (i, layer) in layers.iter().enumerate() {
+            let [wq, wk, wv, gate, up] = layer.proj;
+            let (q, k, v) = (apply(wq, hn.clone()), apply(wk, hn.clone()), apply(wv, hn));
+            let kind = c.layers[i];
+            let how = Attend {
+                rope: kind.rope.map(|r| (&self.ropes[r].cos, &self.ropes[r].sin)),
+                qk_norm: match (&layer.attn.q_norm, &layer.attn.k_norm) {
+                    (Some(qn), Some(kn)) => Some((qn, kn, eps)),
+                    _ => None,
+                },
+                scale: c.attn_scale as f32,
+                window: kind.window,
+                softcap: c.attn_softcap.map(|cap| cap as f32),
+            };
             let (keys, values) = cache.slots(i, 1);
-            let slot = CacheSlot { keys, values };
-            let attn = fused::attention_append(q, k, v, (&table.cos, &table.sin), pos, slot);
-            let (x1, hn1) = fused::add_rms_norm(x, apply(&layer.attn.o, attn), &layer.mlp_norm, eps);
-            let act = fused::silu_mul(apply(gate, hn1.clone()), apply(up, hn1));
-            let mlp = apply(&layer.mlp.down, act);
-            let next = layers.get(i + 1).map_or(&self.norm, |(l, _)| &l.attn_norm);
-            (x, hn) = fused::add_rms_norm(x1, mlp, next, eps);
+            let attn = fused::attention_append(q, k, v, how, pos, CacheSlot { keys, values });
+            let (post_attn, post_ffw) = layer.post.unzip();
+            let o = apply(&layer.attn.o, attn);
+            let (x1, hn1) = residual(x, o, post_attn, layer.pre_mlp, eps);
+            let (g, u) = (apply(gate, hn1.clone()), apply(up, hn1));
+            let act = match c.act {
+                Act::Silu => fused::silu_mul(g, u),
+                Act::GeluTanh => fused::gelu_tanh_mul(g, u),
+            };
+            let mlp = apply(layer.down, act);
+            let next = layers.get(i + 1).map_or(&self.norm, |l| l.pre_attn);
+            (x, hn) = residual(x1, mlp, post_ffw, next, eps);
         }
         cache.advance(1);
-        self.lm_head.matmul(hn).reshape([b, 1, c.vocab_size])
+        let logits = self.cap_logits(self.lm_head.matmul(hn));
+        logits.reshape([b, 1, c.vocab_size])
     }
 }

@@ -2,13 +2,16 @@
 //! shapes: rows and widths that are not multiples of the workgroup (64 threads; 32 for attention), more
 //! cached positions than attention threads and fewer (and none), grouped-query heads, a cache with more
 //! room than positions; the cache append checked over the whole cache (only position `pos` changes).
+//! Attention also with per-head q/k norms, score scales other than `1/√d`, sliding windows shorter and
+//! longer than the cache, logit softcaps, no rope, and heads of 80 and 256 (several merge rounds).
 //!
-//! Tolerance: `|y − y_ref| ≤ 1e-5 · (1 + |y_ref|)` for RMSNorm, rope and SiLU·up (a few f32 roundings
-//! per output); attention `≤ 3e-5 · (1 + |y_ref|)` (an f32 softmax and weighted sum of ≤ 70 terms, the
-//! scores below 10 in magnitude here).
+//! Tolerance: `|y − y_ref| ≤ 1e-5 · (1 + |y_ref|)` for RMSNorm, rope and the gated activations (a few f32
+//! roundings per output; the sandwich norm's second norm `2e-5`, two norms deep); attention
+//! `≤ 3e-5 · (1 + |y_ref|)` (an f32 softmax and weighted sum of ≤ 70 terms, the scores below 10 in
+//! magnitude here).
 
 use burn::tensor::{Tensor, TensorData};
-use kiln::kernels::gpu::decode::{self as fused, CacheSlot};
+use kiln::kernels::gpu::decode::{self as fused, Attend, CacheSlot};
 
 use super::{Rng, device};
 
@@ -81,74 +84,245 @@ fn rot(x: &[f32], d: usize, pos: usize, cos: &[f32], sin: &[f32]) -> Vec<f64> {
         .collect()
 }
 
+/// Per-head RMSNorm of each `d`-wide head of `x` by `w`, in f32 like the kernel's inputs.
+fn head_norm(x: &[f32], w: &[f32], d: usize, eps: f64) -> Vec<f32> {
+    let xd: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+    host_norm(&xd, w, d, eps).into_iter().map(|v| v as f32).collect()
+}
+
+/// One attention case: `(b, H, K, d, A, pos)` and how the layer attends.
+struct Case {
+    shape: (usize, usize, usize, usize, usize, usize),
+    rope: bool,
+    norm: bool,
+    scale: Option<f64>,
+    window: Option<usize>,
+    softcap: Option<f64>,
+}
+
+const fn case(shape: (usize, usize, usize, usize, usize, usize)) -> Case {
+    Case {
+        shape,
+        rope: true,
+        norm: false,
+        scale: None,
+        window: None,
+        softcap: None,
+    }
+}
+
+fn check_attention(rng: &mut Rng, c: &Case) {
+    let device = device();
+    let (b, heads, kv, d, alloc, pos) = c.shape;
+    let (half, max_pos, eps) = (d / 2, pos + 3, 1e-6);
+    let q = vec(rng, b * heads * d, 1.0);
+    let k = vec(rng, b * kv * d, 1.0);
+    let v = vec(rng, b * kv * d, 2.0);
+    let cos = vec(rng, max_pos * half, 1.0);
+    let sin = vec(rng, max_pos * half, 1.0);
+    let kc = vec(rng, b * kv * alloc * d, 1.0);
+    let vc = vec(rng, b * kv * alloc * d, 2.0);
+    let (qw, kw_) = (vec(rng, d, 2.0), vec(rng, d, 2.0));
+    let t1 = |v: &[f32]| Tensor::<1>::from_data(TensorData::new(v.to_vec(), [v.len()]), &device);
+    let t2 =
+        |v: &[f32], shape: [usize; 2]| Tensor::<2>::from_data(TensorData::new(v.to_vec(), shape), &device);
+    let t4 = |v: &[f32]| Tensor::<4>::from_data(TensorData::new(v.to_vec(), [b, kv, alloc, d]), &device);
+    let (mut keys, mut values) = (t4(&kc), t4(&vc));
+    let (ct, st) = (t2(&cos, [max_pos, half]), t2(&sin, [max_pos, half]));
+    let (qwt, kwt) = (t1(&qw), t1(&kw_));
+    let scale = c.scale.unwrap_or(1.0 / (d as f64).sqrt());
+    let how = Attend {
+        rope: c.rope.then_some((&ct, &st)),
+        qk_norm: c.norm.then_some((&qwt, &kwt, eps as f32)),
+        scale: scale as f32,
+        window: c.window,
+        softcap: c.softcap.map(|cap| cap as f32),
+    };
+    let got = read(fused::attention_append(
+        t2(&q, [b, heads * d]),
+        t2(&k, [b, kv * d]),
+        t2(&v, [b, kv * d]),
+        how,
+        pos,
+        CacheSlot {
+            keys: &mut keys,
+            values: &mut values,
+        },
+    ));
+    // The host reference: per-head norm, then rope (no rope: unrotated).
+    let (qn, kn) = match c.norm {
+        true => (head_norm(&q, &qw, d, eps), head_norm(&k, &kw_, d, eps)),
+        false => (q.clone(), k.clone()),
+    };
+    let turn = |x: &[f32]| match c.rope {
+        true => rot(x, d, pos, &cos, &sin),
+        false => x.iter().map(|&v| f64::from(v)).collect(),
+    };
+    let (qr, kr) = (turn(&qn), turn(&kn));
+    // The cache as it should be: position `pos` replaced, every other one untouched.
+    let mut kw: Vec<f64> = kc.iter().map(|&x| f64::from(x)).collect();
+    let mut vw: Vec<f64> = vc.iter().map(|&x| f64::from(x)).collect();
+    for bh in 0..b * kv {
+        let (at, src) = ((bh * alloc + pos) * d, bh * d);
+        kw[at..at + d].copy_from_slice(&kr[src..src + d]);
+        for j in 0..d {
+            vw[at + j] = f64::from(v[src + j]);
+        }
+    }
+    let what = format!(
+        "b={b} H={heads} K={kv} d={d} pos={pos} rope={} norm={} scale={:?} window={:?} cap={:?}",
+        c.rope, c.norm, c.scale, c.window, c.softcap
+    );
+    close(&read(keys), &kw, 1e-5, &format!("keys {what}"));
+    close(&read(values), &vw, 0.0, &format!("values {what}"));
+    let first = c.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+    let mut want = Vec::new();
+    for bi in 0..b {
+        for hd in 0..heads {
+            let kh = hd / (heads / kv);
+            let qv = &qr[(bi * heads + hd) * d..][..d];
+            let row = |p: usize| ((bi * kv + kh) * alloc + p) * d;
+            let scores: Vec<f64> = (first..=pos)
+                .map(|p| {
+                    let s = (0..d).map(|j| qv[j] * kw[row(p) + j]).sum::<f64>() * scale;
+                    c.softcap.map_or(s, |cap| cap * (s / cap).tanh())
+                })
+                .collect();
+            let top = scores.iter().copied().fold(f64::MIN, f64::max);
+            let e: Vec<f64> = scores.iter().map(|s| (s - top).exp()).collect();
+            let sum: f64 = e.iter().sum();
+            for j in 0..d {
+                want.push(
+                    (first..=pos)
+                        .zip(&e)
+                        .map(|(p, e)| e * vw[row(p) + j])
+                        .sum::<f64>()
+                        / sum,
+                );
+            }
+        }
+    }
+    close(&got, &want, 3e-5, &format!("attention {what}"));
+}
+
 #[test]
 fn attention_append_matches_the_host_with_grouped_heads() {
-    let device = device();
     let mut rng = Rng(0xD3C0_0003);
     // (b, H, K, d, A, pos): more cached positions than threads (32) and fewer, none, exactly 32.
-    for (b, heads, kv, d, alloc, pos) in [
+    for shape in [
         (1, 9, 3, 64, 80, 69),
         (2, 4, 2, 8, 40, 36),
         (3, 2, 1, 6, 5, 0),
         (1, 3, 3, 16, 33, 32),
     ] {
-        let (half, max_pos) = (d / 2, pos + 3);
-        let q = vec(&mut rng, b * heads * d, 1.0);
-        let k = vec(&mut rng, b * kv * d, 1.0);
-        let v = vec(&mut rng, b * kv * d, 2.0);
-        let cos = vec(&mut rng, max_pos * half, 1.0);
-        let sin = vec(&mut rng, max_pos * half, 1.0);
-        let kc = vec(&mut rng, b * kv * alloc * d, 1.0);
-        let vc = vec(&mut rng, b * kv * alloc * d, 2.0);
-        let t2 = |v: &[f32], shape: [usize; 2]| {
+        check_attention(&mut rng, &case(shape));
+    }
+}
+
+/// Gemma's and Qwen3's attention: per-head q/k norms, a score scale other than `1/√d`, sliding windows
+/// shorter than the cache (and longer, and of one position), logit softcapping, no rope (NoPE), heads
+/// wider than the merge round (`d` = 256: eight rounds; 80: a partial last round).
+#[test]
+fn attention_append_scales_windows_caps_and_norms() {
+    let mut rng = Rng(0xD3C0_0005);
+    let cases = [
+        Case {
+            norm: true,
+            scale: Some(24f64.powf(-0.5)),
+            window: Some(5),
+            ..case((1, 4, 2, 32, 80, 69))
+        },
+        Case {
+            window: Some(40),
+            ..case((2, 4, 1, 8, 64, 50))
+        },
+        Case {
+            window: Some(100),
+            softcap: Some(2.0),
+            ..case((1, 3, 1, 16, 40, 36))
+        },
+        Case {
+            window: Some(1),
+            ..case((1, 2, 2, 6, 10, 7))
+        },
+        Case {
+            window: Some(3),
+            norm: true,
+            ..case((2, 2, 1, 8, 4, 1))
+        },
+        Case {
+            softcap: Some(0.5),
+            scale: Some(0.3),
+            ..case((1, 6, 3, 16, 50, 45))
+        },
+        Case {
+            rope: false,
+            ..case((2, 4, 2, 8, 40, 36))
+        },
+        Case {
+            norm: true,
+            scale: Some(1.0 / 16.0),
+            window: Some(33),
+            ..case((1, 4, 1, 256, 48, 40))
+        },
+        Case {
+            norm: true,
+            softcap: Some(5.0),
+            ..case((1, 2, 1, 80, 40, 35))
+        },
+    ];
+    for c in &cases {
+        check_attention(&mut rng, c);
+    }
+}
+
+#[test]
+fn norm_add_rms_norm_matches_the_host() {
+    let device = device();
+    let mut rng = Rng(0xD3C0_0006);
+    for (r, h) in [(1, 640), (3, 70), (2, 64), (1, 1)] {
+        let x = vec(&mut rng, r * h, 3.0);
+        let delta = vec(&mut rng, r * h, 5.0);
+        let (wd, w) = (vec(&mut rng, h, 2.0), vec(&mut rng, h, 2.0));
+        let t = |v: &[f32], shape: [usize; 2]| {
             Tensor::<2>::from_data(TensorData::new(v.to_vec(), shape), &device)
         };
-        let t4 = |v: &[f32]| Tensor::<4>::from_data(TensorData::new(v.to_vec(), [b, kv, alloc, d]), &device);
-        let (mut keys, mut values) = (t4(&kc), t4(&vc));
-        let got = read(fused::attention_append(
-            t2(&q, [b, heads * d]),
-            t2(&k, [b, kv * d]),
-            t2(&v, [b, kv * d]),
-            (&t2(&cos, [max_pos, half]), &t2(&sin, [max_pos, half])),
-            pos,
-            CacheSlot {
-                keys: &mut keys,
-                values: &mut values,
-            },
-        ));
-        // The cache as it should be: position `pos` replaced, every other one untouched.
-        let (qr, kr) = (rot(&q, d, pos, &cos, &sin), rot(&k, d, pos, &cos, &sin));
-        let mut kw: Vec<f64> = kc.iter().map(|&x| f64::from(x)).collect();
-        let mut vw: Vec<f64> = vc.iter().map(|&x| f64::from(x)).collect();
-        for bh in 0..b * kv {
-            let (at, src) = ((bh * alloc + pos) * d, bh * d);
-            kw[at..at + d].copy_from_slice(&kr[src..src + d]);
-            for j in 0..d {
-                vw[at + j] = f64::from(v[src + j]);
-            }
-        }
-        let what = format!("b={b} H={heads} K={kv} d={d} pos={pos}");
-        close(&read(keys), &kw, 1e-5, &format!("keys {what}"));
-        close(&read(values), &vw, 0.0, &format!("values {what}"));
-        let mut want = Vec::new();
-        for bi in 0..b {
-            for hd in 0..heads {
-                let kh = hd / (heads / kv);
-                let qv = &qr[(bi * heads + hd) * d..][..d];
-                let row = |p: usize| ((bi * kv + kh) * alloc + p) * d;
-                let scores: Vec<f64> = (0..=pos)
-                    .map(|p| (0..d).map(|j| qv[j] * kw[row(p) + j]).sum::<f64>() / (d as f64).sqrt())
-                    .collect();
-                let top = scores.iter().copied().fold(f64::MIN, f64::max);
-                let e: Vec<f64> = scores.iter().map(|s| (s - top).exp()).collect();
-                let sum: f64 = e.iter().sum();
-                for j in 0..d {
-                    want.push((0..=pos).map(|p| e[p] * vw[row(p) + j]).sum::<f64>() / sum);
-                }
-            }
-        }
-        close(&got, &want, 3e-5, &format!("attention {what}"));
+        let t1 = |v: &[f32]| Tensor::<1>::from_data(TensorData::new(v.to_vec(), [h]), &device);
+        let dd: Vec<f64> = delta.iter().map(|&v| f64::from(v)).collect();
+        let sum: Vec<f64> = x
+            .iter()
+            .zip(host_norm(&dd, &wd, h, 1e-6))
+            .map(|(&a, b)| f64::from(a) + b)
+            .collect();
+        let (s, n) = fused::norm_add_rms_norm(t(&x, [r, h]), t(&delta, [r, h]), &t1(&wd), &t1(&w), 1e-6);
+        close(&read(s), &sum, 1e-5, "norm_add_rms_norm sum");
+        close(&read(n), &host_norm(&sum, &w, h, 1e-6), 2e-5, "norm_add_rms_norm");
     }
+}
+
+#[test]
+fn gelu_tanh_mul_matches_the_host() {
+    let device = device();
+    let mut rng = Rng(0xD3C0_0007);
+    let (r, f) = (3, 333);
+    let g = vec(&mut rng, r * f, 8.0);
+    let u = vec(&mut rng, r * f, 2.0);
+    let t = |v: &[f32]| Tensor::<2>::from_data(TensorData::new(v.to_vec(), [r, f]), &device);
+    let want: Vec<f64> = g
+        .iter()
+        .zip(&u)
+        .map(|(&g, &u)| {
+            let g = f64::from(g);
+            let inner = (2.0 / std::f64::consts::PI).sqrt() * (g + 0.044_715 * g * g * g);
+            0.5 * g * (1.0 + inner.tanh()) * f64::from(u)
+        })
+        .collect();
+    close(
+        &read(fused::gelu_tanh_mul(t(&g), t(&u))),
+        &want,
+        1e-5,
+        "gelu_tanh_mul",
+    );
 }
 
 #[test]

@@ -1,0 +1,379 @@
+//! [`attention_append`]: one decode position's attention with its cache append, in one launch. Per
+//! (sequence, query head) one workgroup of [`ATT_WG`] threads:
+//!
+//! 1. every thread loads its query head, RMS-normalised per head when the layer has q/k norms (Qwen3,
+//!    Gemma 3), then rotated (rotate-half rope at `pos`; not for NoPE layers);
+//! 2. the first query head of each key-value head writes that head's key (normalised and rotated the same
+//!    way) and value into the cache at `pos` (positions before `pos` are all anyone reads from the cache in
+//!    this launch);
+//! 3. thread `j` takes the cached positions `start + j, start + j + ATT_WG, …` below `pos` (`start` is
+//!    0, or `pos + 1 − w` for a window of `w`) with an online softmax (running max, sum and `d` weighted
+//!    values in registers) of the scores `q·k · scale`, capped to `cap · tanh(s / cap)` when the layer caps
+//!    them (Gemma 2); thread 0 also the new position, from the launch's own key and value;
+//! 4. one barrier, then the merge of the `ATT_WG` partial states, `ATT_WG` output columns at a time
+//!    through `ATT_WG²` shared floats (4 KiB, whatever `d`: a head of 256 would need 32 KiB at once, past
+//!    WebGPU's default 16 KiB of workgroup storage).
+//!
+//! Shapes: `b` sequences, `H` / `K` query / key-value heads, `d` head dim (even), `A` positions allocated
+//! in the cache `[b, K, A, d]`; `q: [b, H·d]`, `k`, `v: [b, K·d]`; rope tables `[max_pos, d / 2]`.
+
+use burn::backend::Cube;
+use burn::tensor::{Shape, Tensor};
+use cubecl::prelude::*;
+
+use super::{cube, empty_like};
+
+/// Threads per (sequence, head) of the attention kernel; also the output columns merged per round.
+pub(crate) const ATT_WG: usize = 32;
+
+/// Head dims up to this have their loops over features unrolled; wider heads (Gemma 3's 256) keep them
+/// as loops, which compile several times faster on lavapipe and run no slower.
+const UNROLL: usize = 64;
+
+/// One online-softmax step of a thread's state (`m[0]` running max, `m[1]` running sum, `o` weighted
+/// values) for a new score: rescales the state to the new max and returns the new position's weight,
+/// which the caller adds to `m[1]` and times the position's values to `o`.
+#[cube]
+fn online(score: f32, m: &mut Array<f32>, o: &mut Array<f32>, #[comptime] d: usize) -> f32 {
+    if score > m[0] {
+        let c = (m[0] - score).exp();
+        m[1] *= c;
+        #[unroll(comptime![d <= UNROLL])]
+        for j in 0..d {
+            o[j] *= c;
+        }
+        m[0] = score;
+    }
+    let e = (score - m[0]).exp();
+    m[1] += e;
+    e
+}
+
+/// Feature `i` of the head at `at` of `x`, times `s · w[i]` when the layer normalises per head.
+#[cube]
+fn feature(x: &[f32], w: &[f32], at: usize, i: usize, s: f32, #[comptime] norm: bool) -> f32 {
+    let mut y = x[at + i];
+    if norm {
+        y = y * s * w[i];
+    }
+    y
+}
+
+/// `1 / sqrt(mean(x²) + eps)` of the `d` features at `at` of `x` (1 without the per-head norm).
+#[cube]
+fn head_inv_rms(x: &[f32], at: usize, eps: f32, #[comptime] d: usize, #[comptime] norm: bool) -> f32 {
+    let mut inv = 1.0f32;
+    if norm {
+        let mut ss = 0.0f32;
+        for j in 0..d {
+            let v = x[at + j];
+            ss += v * v;
+        }
+        inv = 1.0 / (ss / f32::cast_from(d) + eps).sqrt();
+    }
+    inv
+}
+
+/// A table's entry at `at` (`fill` without rope: cos 1, sin 0 rotate by nothing, exactly).
+#[cube]
+fn table(t: &[f32], at: usize, fill: f32, #[comptime] rope: bool) -> f32 {
+    let mut y = fill;
+    if rope {
+        y = t[at];
+    }
+    y
+}
+
+/// The attention logit of a dot product: scaled, then softcapped when the layer caps.
+#[cube]
+fn logit(dot: f32, scale: f32, cap: f32, #[comptime] softcap: bool) -> f32 {
+    let mut s = dot * scale;
+    if softcap {
+        s = cap * (s / cap).tanh();
+    }
+    s
+}
+
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn attend_append_kernel(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    cos: &[f32],
+    sin: &[f32],
+    qn: &[f32],
+    kn: &[f32],
+    keys: &mut [f32],
+    values: &mut [f32],
+    out: &mut [f32],
+    heads: usize,
+    kv_heads: usize,
+    pos: usize,
+    start: usize,
+    alloc: usize,
+    scale: f32,
+    cap: f32,
+    eps: f32,
+    #[comptime] d: usize,
+    #[comptime] rope: bool,
+    #[comptime] norm: bool,
+    #[comptime] softcap: bool,
+) {
+    let half = comptime![d / 2];
+    let unroll = comptime![d <= UNROLL];
+    let bh = CUBE_POS;
+    let bi = bh / heads;
+    let head = bh % heads;
+    let group = heads / kv_heads;
+    let kh = head / group;
+    let tid = UNIT_POS as usize;
+    let qo = bh * d;
+    let ko = (bi * kv_heads + kh) * d;
+    let cb = pos * half;
+    let kv0 = (bi * kv_heads + kh) * alloc * d;
+    let qs = head_inv_rms(q, qo, eps, d, norm);
+    let ks = head_inv_rms(k, ko, eps, d, norm);
+    // This head's query, normalised and rotated.
+    let mut qv = Array::<f32>::new(d);
+    let mut o = Array::<f32>::new(d);
+    #[unroll(unroll)]
+    for i in 0..half {
+        let c = table(cos, cb + i, 1.0, rope);
+        let s = table(sin, cb + i, 0.0, rope);
+        let x1 = feature(q, qn, qo, i, qs, norm);
+        let x2 = feature(q, qn, qo, i + half, qs, norm);
+        qv[i] = x1 * c - x2 * s;
+        qv[i + half] = x2 * c + x1 * s;
+        o[i] = 0.0;
+        o[i + half] = 0.0;
+    }
+    // The first query head of each key-value head writes the key and the value at `pos`.
+    if head == kh * group {
+        let dst = kv0 + pos * d;
+        let mut i = tid;
+        while i < half {
+            let c = table(cos, cb + i, 1.0, rope);
+            let s = table(sin, cb + i, 0.0, rope);
+            let x1 = feature(k, kn, ko, i, ks, norm);
+            let x2 = feature(k, kn, ko, i + half, ks, norm);
+            keys[dst + i] = x1 * c - x2 * s;
+            keys[dst + i + half] = x2 * c + x1 * s;
+            values[dst + i] = v[ko + i];
+            values[dst + i + half] = v[ko + i + half];
+            i += ATT_WG;
+        }
+    }
+    // (running max, running sum); a finite "minus infinity": exp(m - score) is then 0, never NaN.
+    let mut state = Array::<f32>::new(2usize);
+    state[0] = f32::cast_from(tid) * 0.0 - 3.0e38;
+    state[1] = 0.0;
+    let mut p = start + tid;
+    while p < pos {
+        let at = kv0 + p * d;
+        let mut dot = 0.0f32;
+        #[unroll(unroll)]
+        for j in 0..d {
+            dot += qv[j] * keys[at + j];
+        }
+        let e = online(logit(dot, scale, cap, softcap), &mut state, &mut o, d);
+        #[unroll(unroll)]
+        for j in 0..d {
+            o[j] += e * values[at + j];
+        }
+        p += ATT_WG;
+    }
+    // The new position, from this launch's own key (normalised and rotated here) and value.
+    if tid == 0 {
+        let mut dot = 0.0f32;
+        #[unroll(unroll)]
+        for i in 0..half {
+            let c = table(cos, cb + i, 1.0, rope);
+            let s = table(sin, cb + i, 0.0, rope);
+            let x1 = feature(k, kn, ko, i, ks, norm);
+            let x2 = feature(k, kn, ko, i + half, ks, norm);
+            dot += qv[i] * (x1 * c - x2 * s) + qv[i + half] * (x2 * c + x1 * s);
+        }
+        let e = online(logit(dot, scale, cap, softcap), &mut state, &mut o, d);
+        #[unroll(unroll)]
+        for j in 0..d {
+            o[j] += e * v[ko + j];
+        }
+    }
+    let mut sm = Shared::<[f32]>::new_slice(ATT_WG);
+    let mut sl = Shared::<[f32]>::new_slice(ATT_WG);
+    let mut so = Shared::<[f32]>::new_slice(comptime![ATT_WG * ATT_WG]);
+    sm[tid] = state[0];
+    sl[tid] = state[1];
+    sync_cube();
+    let mut top = sm[0];
+    for i in 1..ATT_WG {
+        if sm[i] > top {
+            top = sm[i];
+        }
+    }
+    let mut wt = Array::<f32>::new(ATT_WG);
+    let mut den = 0.0f32;
+    for i in 0..ATT_WG {
+        wt[i] = (sm[i] - top).exp();
+        den += wt[i] * sl[i];
+    }
+    // Columns `base..base + ATT_WG` per round: every thread posts its share, thread `j` merges column
+    // `base + j`.
+    #[unroll(unroll)]
+    for c in 0..comptime![d.div_ceil(ATT_WG)] {
+        let base = c * ATT_WG;
+        #[unroll(unroll)]
+        for j in 0..ATT_WG {
+            if base + j < d {
+                so[tid * ATT_WG + j] = o[base + j];
+            }
+        }
+        sync_cube();
+        if base + tid < d {
+            let mut num = 0.0f32;
+            for i in 0..ATT_WG {
+                num += wt[i] * so[i * ATT_WG + tid];
+            }
+            out[qo + base + tid] = num / den;
+        }
+        sync_cube();
+    }
+}
+
+/// Where [`attention_append`] writes: a layer's cache `[b, K, A, d]` (made contiguous in place if it
+/// was not).
+pub struct CacheSlot<'a> {
+    pub keys: &'a mut Tensor<4>,
+    pub values: &'a mut Tensor<4>,
+}
+
+/// How a layer attends, beyond its q, k, v and cache.
+#[derive(Clone, Copy)]
+pub struct Attend<'a> {
+    /// Rotate-half rope tables `(cos, sin)`, `[max_pos, d / 2]` each; `None` for a layer without
+    /// positional encoding.
+    pub rope: Option<(&'a Tensor<2>, &'a Tensor<2>)>,
+    /// Per-head RMSNorm weights of q and k (`[d]` each, applied before rope) and its epsilon.
+    pub qk_norm: Option<(&'a Tensor<1>, &'a Tensor<1>, f32)>,
+    /// The factor of the scores `q · k` (`1/√d`, Gemma's `query_pre_attn_scalar^-½`).
+    pub scale: f32,
+    /// A sliding window: the query at `pos` sees keys `j` with `pos − j < w` only.
+    pub window: Option<usize>,
+    /// `cap · tanh(score / cap)` of the scaled scores before the softmax.
+    pub softcap: Option<f32>,
+}
+
+impl Attend<'_> {
+    /// A Llama layer's: rope from `(cos, sin)`, scores scaled by `1/√d`, no norm, window or cap.
+    pub fn plain<'a>(d: usize, rope: (&'a Tensor<2>, &'a Tensor<2>)) -> Attend<'a> {
+        Attend {
+            rope: Some(rope),
+            qk_norm: None,
+            scale: 1.0 / (d as f32).sqrt(),
+            window: None,
+            softcap: None,
+        }
+    }
+}
+
+/// One decode position's attention with its cache append (see the module docs): q and k of position
+/// `pos` normalised per head and rotated as `how` says, the keys and `v` written into `slot` at `pos`, and
+/// each query head's softmax attention over cached positions `0..pos` (or the window's last ones) and the
+/// new one, reading key-value head `head / (H / K)` in place. `q: [b, H·d]`, `k`, `v: [b, K·d]` → `[b, H·d]`.
+///
+/// # Panics
+///
+/// If the shapes disagree (the cache must be `[b, K, A, d]` with `pos < A`, `pos < max_pos`, `K`
+/// dividing `H`, `d` even, norm weights `[d]`), or a window is 0.
+pub fn attention_append(
+    q: Tensor<2>,
+    k: Tensor<2>,
+    v: Tensor<2>,
+    how: Attend<'_>,
+    pos: usize,
+    slot: CacheSlot<'_>,
+) -> Tensor<2> {
+    let [b, kv, alloc, d] = slot.keys.dims();
+    let [bq, hd] = q.dims();
+    let heads = hd / d.max(1);
+    assert!(
+        bq == b
+            && d % 2 == 0
+            && hd == heads * d
+            && heads % kv == 0
+            && k.dims() == [b, kv * d]
+            && v.dims() == [b, kv * d]
+            && slot.values.dims() == slot.keys.dims(),
+        "attention_append: q {:?}, k {:?}, v {:?} do not fit the cache {:?}",
+        q.dims(),
+        k.dims(),
+        v.dims(),
+        slot.keys.dims()
+    );
+    assert!(pos < alloc, "attention_append: position {pos} beyond the cache");
+    if let Some((cos, sin)) = how.rope {
+        assert!(
+            pos < cos.dims()[0] && cos.dims()[1] == d / 2 && sin.dims() == cos.dims(),
+            "attention_append: position {pos}, rope tables {:?}",
+            cos.dims()
+        );
+    }
+    if let Some((qn, kn, _)) = how.qk_norm {
+        assert!(
+            qn.dims() == [d] && kn.dims() == [d],
+            "attention_append: q/k norms"
+        );
+    }
+    assert!(how.window != Some(0), "attention_append: an empty window");
+    let start = how.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+    let q = cube(q, "attention_append q");
+    let keys = cube(slot.keys.clone(), "attention_append keys");
+    let values = cube(slot.values.clone(), "attention_append values");
+    // Keep the (possibly copied) contiguous cache tensors: the kernel writes into them.
+    *slot.keys = Tensor::from_primitive::<Cube>(keys.clone());
+    *slot.values = Tensor::from_primitive::<Cube>(values.clone());
+    let out = empty_like(&q, Shape::new([b, hd]));
+    // Absent tables and norms bind a one-element placeholder the kernel never reads.
+    let none = || empty_like(&q, Shape::new([1]));
+    let (cos, sin) = match how.rope {
+        Some((c, s)) => (cube(c.clone(), "rope cos"), cube(s.clone(), "rope sin")),
+        None => (none(), none()),
+    };
+    let (qn, kn, eps) = match how.qk_norm {
+        Some((qn, kn, eps)) => (cube(qn.clone(), "q norm"), cube(kn.clone(), "k norm"), eps),
+        None => (none(), none(), 0.0),
+    };
+    if b > 0 {
+        unsafe {
+            attend_append_kernel::launch_unchecked(
+                &q.client,
+                CubeCount::Static((b * heads) as u32, 1, 1),
+                CubeDim::new_1d(ATT_WG as u32),
+                q.clone().into_buffer_arg(),
+                cube(k, "attention_append k").into_buffer_arg(),
+                cube(v, "attention_append v").into_buffer_arg(),
+                cos.into_buffer_arg(),
+                sin.into_buffer_arg(),
+                qn.into_buffer_arg(),
+                kn.into_buffer_arg(),
+                keys.into_buffer_arg(),
+                values.into_buffer_arg(),
+                out.clone().into_buffer_arg(),
+                heads,
+                kv,
+                pos,
+                start,
+                alloc,
+                how.scale,
+                how.softcap.unwrap_or(1.0),
+                eps,
+                d,
+                how.rope.is_some(),
+                how.qk_norm.is_some(),
+                how.softcap.is_some(),
+            );
+        }
+    }
+    Tensor::from_primitive::<Cube>(out)
+}
