@@ -147,9 +147,11 @@ fn gelu_tanh_mul_kernel(g: &[f32], u: &[f32], out: &mut [f32], len: usize) {
     let i = ABSOLUTE_POS;
     if i < len {
         let x = g[i];
-        // √(2/π)
-        let inner = 0.797_884_6f32 * (x + 0.044_715f32 * x * x * x);
-        out[i] = 0.5f32 * x * (1.0f32 + inner.tanh()) * u[i];
+        // 0.5·x·(1 + tanh(z)) = x / (1 + e^(−2z)), z = √(2/π)·(x + 0.044715·x³): no `tanh`, which
+        // SwiftShader computes as a quotient of exponentials, NaN once they overflow (measured: gemma-3-270m
+        // decoded only NaN logits there).
+        let z = 0.797_884_6f32 * (x + 0.044_715f32 * x * x * x);
+        out[i] = x / (1.0f32 + (-2.0f32 * z).exp()) * u[i];
     }
 }
 

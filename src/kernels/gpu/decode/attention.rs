@@ -89,7 +89,8 @@ fn table(t: &[f32], at: usize, fill: f32, #[comptime] rope: bool) -> f32 {
 fn logit(dot: f32, scale: f32, cap: f32, #[comptime] softcap: bool) -> f32 {
     let mut s = dot * scale;
     if softcap {
-        s = cap * (s / cap).tanh();
+        // cap·tanh(s/cap) without `tanh` (NaN for large arguments on SwiftShader): cap·(1 − 2/(e^(2s/cap) + 1)).
+        s = cap - 2.0f32 * cap / ((2.0f32 * s / cap).exp() + 1.0f32);
     }
     s
 }
