@@ -111,7 +111,11 @@ impl Decoder {
                 .get(r)
                 .is_some_and(|t| t.plain_tables() && t.rope.rotary_dim == c.head_dim)
         };
+        // Heads over 64 features take the attention kernel's rolled loops, which give wrong tokens on
+        // SwiftShader (gemma-3-270m, head_dim 256, repeated its last token there while lavapipe matched the
+        // generic path): until that is understood, such models decode on the generic path everywhere.
         c.head_dim.is_multiple_of(2)
+            && c.head_dim <= crate::kernels::gpu::decode::UNROLLED_HEAD
             && c.layers.iter().all(|l| l.rope.is_none_or(whole_head))
             && self.blocks.iter().all(|b| parts(b).is_some())
     }

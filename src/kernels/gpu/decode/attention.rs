@@ -28,7 +28,11 @@ pub(crate) const ATT_WG: usize = 32;
 
 /// Head dims up to this have their loops over features unrolled; wider heads (Gemma 3's 256) keep them
 /// as loops, which compile several times faster on lavapipe and run no slower.
-const UNROLL: usize = 64;
+const UNROLL: usize = UNROLLED_HEAD;
+
+/// The largest head dim whose feature loops are unrolled (the fused step takes only these; see
+/// `model::step`).
+pub const UNROLLED_HEAD: usize = 64;
 
 /// One online-softmax step of a thread's state (`m[0]` running max, `m[1]` running sum, `o` weighted
 /// values) for a new score: rescales the state to the new max and returns the new position's weight,
