@@ -125,13 +125,13 @@ fn main() {
             Distribution::Uniform(-1.0, 1.0),
             &dev,
         );
-        let table = Tensor::<2>::random([512, c.head_dim / 2], Distribution::Uniform(-1.0, 1.0), &dev);
+        let table = Tensor::<2>::random([1024, c.head_dim / 2], Distribution::Uniform(-1.0, 1.0), &dev);
         let cache = std::cell::RefCell::new((keys.clone(), keys));
         let attend = |pos: usize| {
             let mut slots = cache.borrow_mut();
             let (k, v) = &mut *slots;
             let slot = fused::CacheSlot { keys: k, values: v };
-            let how = fused::Attend::plain(c.head_dim, (&table, &table));
+            let how = fused::Attend::plain(c.head_dim, &table);
             fused::attention_append(q.clone(), kv.clone(), kv.clone(), how, pos, slot)
         };
         eprintln!("attention_append pos=63: {:.3} ms", time(&|| attend(63)));
@@ -234,13 +234,13 @@ fn compile_times(dev: &burn::tensor::Device, c: &kiln::model::config::ModelConfi
     let (q, kv, table) = (
         r([1, c.num_heads * d]),
         r([1, c.num_kv_heads * d]),
-        r([256, d / 2]),
+        r([512, d / 2]),
     );
     first("attention_append", &|| {
         let mut slots = cache.borrow_mut();
         let (k, v) = &mut *slots;
         let slot = fused::CacheSlot { keys: k, values: v };
-        let how = fused::Attend::plain(d, (&table, &table));
+        let how = fused::Attend::plain(d, &table);
         fused::attention_append(q.clone(), kv.clone(), kv.clone(), how, 64, slot)
     });
     for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {

@@ -111,11 +111,7 @@ impl Decoder {
                 .get(r)
                 .is_some_and(|t| t.plain_tables() && t.rope.rotary_dim == c.head_dim)
         };
-        // Heads over 64 features take the attention kernel's rolled loops, which give wrong tokens on
-        // SwiftShader (gemma-3-270m, head_dim 256, repeated its last token there while lavapipe matched the
-        // generic path): until that is understood, such models decode on the generic path everywhere.
         c.head_dim.is_multiple_of(2)
-            && c.head_dim <= crate::kernels::gpu::decode::UNROLLED_HEAD
             && c.layers.iter().all(|l| l.rope.is_none_or(whole_head))
             && self.blocks.iter().all(|b| parts(b).is_some())
     }
@@ -139,11 +135,8 @@ impl Decoder {
             let (q, k, v) = (apply(wq, hn.clone()), apply(wk, hn.clone()), apply(wv, hn));
             let kind = c.layers[i];
             let how = Attend {
-                rope: kind.rope.map(|r| (&self.ropes[r].cos, &self.ropes[r].sin)),
-                qk_norm: match (&layer.attn.q_norm, &layer.attn.k_norm) {
-                    (Some(qn), Some(kn)) => Some((qn, kn, eps)),
-                    _ => None,
-                },
+                rope: kind.rope.map(|r| &self.ropes[r].cos_sin),
+                qk_norm: layer.attn.qk_norm.as_ref().map(|w| (w, eps)),
                 scale: c.attn_scale as f32,
                 window: kind.window,
                 softcap: c.attn_softcap.map(|cap| cap as f32),

@@ -128,12 +128,12 @@ fn check_attention(rng: &mut Rng, c: &Case) {
         |v: &[f32], shape: [usize; 2]| Tensor::<2>::from_data(TensorData::new(v.to_vec(), shape), &device);
     let t4 = |v: &[f32]| Tensor::<4>::from_data(TensorData::new(v.to_vec(), [b, kv, alloc, d]), &device);
     let (mut keys, mut values) = (t4(&kc), t4(&vc));
-    let (ct, st) = (t2(&cos, [max_pos, half]), t2(&sin, [max_pos, half]));
-    let (qwt, kwt) = (t1(&qw), t1(&kw_));
+    let table = t2(&[cos.clone(), sin.clone()].concat(), [2 * max_pos, half]);
+    let norms = t1(&[qw.clone(), kw_.clone()].concat());
     let scale = c.scale.unwrap_or(1.0 / (d as f64).sqrt());
     let how = Attend {
-        rope: c.rope.then_some((&ct, &st)),
-        qk_norm: c.norm.then_some((&qwt, &kwt, eps as f32)),
+        rope: c.rope.then_some(&table),
+        qk_norm: c.norm.then_some((&norms, eps as f32)),
         scale: scale as f32,
         window: c.window,
         softcap: c.softcap.map(|cap| cap as f32),

@@ -20,7 +20,7 @@
 
 mod attention;
 
-pub use attention::{Attend, CacheSlot, UNROLLED_HEAD, attention_append};
+pub use attention::{Attend, CacheSlot, attention_append};
 
 use burn::backend::Cube;
 use burn::tensor::{DType, Shape, Tensor};

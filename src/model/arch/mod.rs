@@ -353,6 +353,10 @@ pub(crate) fn load_attention_mlp(
     let attn = Attention {
         qkv,
         o: Linear::take(ckpt, &format!("{p}.self_attn.o_proj"), [h, q], false)?,
+        qk_norm: q_norm
+            .clone()
+            .zip(k_norm.clone())
+            .map(|(q, k)| Tensor::cat(vec![q, k], 0)),
         q_norm,
         k_norm,
     };

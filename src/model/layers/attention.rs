@@ -37,6 +37,8 @@ pub struct Attention {
     /// `[d]` each, when the family normalises q and k per head before rope.
     pub q_norm: Option<Tensor<1>>,
     pub k_norm: Option<Tensor<1>>,
+    /// `[2d]`: the q then the k norm weights in one tensor, as the fused decode kernel binds them.
+    pub qk_norm: Option<Tensor<1>>,
 }
 
 /// What every layer of one forward shares: the new positions, their rope rows per table, and the masks per

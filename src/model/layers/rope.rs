@@ -216,59 +216,59 @@ impl Rope {
     }
 }
 
-/// A rope's cos and sin for every position, on the device: `[max_pos, rotary_dim / 2]` each, with the long
-/// tables of a LongRoPE beside the short ones.
+/// A rope's cos and sin for every position, on the device: one `[2·max_pos, rotary_dim / 2]` tensor, cos of
+/// each position then sin (the fused decode kernel binds it once), with the long table of a LongRoPE beside.
 #[derive(Debug, Clone)]
 pub struct RopeTable {
     pub rope: Rope,
-    pub cos: Tensor<2>,
-    pub sin: Tensor<2>,
-    long: Option<(Tensor<2>, Tensor<2>)>,
+    /// `[2·max_pos, rotary_dim / 2]`.
+    pub cos_sin: Tensor<2>,
+    long: Option<Tensor<2>>,
+    max: usize,
 }
 
-fn table(rope: &Rope, long: bool, max: usize, device: &Device) -> (Tensor<2>, Tensor<2>) {
+fn table(rope: &Rope, long: bool, max: usize, device: &Device) -> Tensor<2> {
     let inv_freq = rope.inv_freq(long);
     let scale = rope.attention_factor() as f32;
-    let (mut cos, mut sin) = (Vec::new(), Vec::new());
+    let half = inv_freq.len();
+    let mut values = vec![0.0f32; 2 * max * half];
+    let (cos, sin) = values.split_at_mut(max * half);
     for pos in 0..max {
-        for f in &inv_freq {
+        for (i, f) in inv_freq.iter().enumerate() {
             // f32 like transformers: the angle is formed in single precision.
             let angle = pos as f32 * *f as f32;
-            cos.push(angle.cos() * scale);
-            sin.push(angle.sin() * scale);
+            cos[pos * half + i] = angle.cos() * scale;
+            sin[pos * half + i] = angle.sin() * scale;
         }
     }
-    let half = inv_freq.len();
-    let t = |v: Vec<f32>| Tensor::from_data(TensorData::new(v, [max, half]), device);
-    (t(cos), t(sin))
+    Tensor::from_data(TensorData::new(values, [2 * max, half]), device)
 }
 
 impl RopeTable {
     pub fn new(rope: &Rope, max: usize, device: &Device) -> Self {
-        let (cos, sin) = table(rope, false, max, device);
         let long = matches!(rope.scaling, RopeScaling::LongRope(_)).then(|| table(rope, true, max, device));
         Self {
             rope: rope.clone(),
-            cos,
-            sin,
+            cos_sin: table(rope, false, max, device),
             long,
+            max,
         }
     }
 
     /// cos and sin of positions `pos..pos + s`, `[1, 1, s, rotary_dim / 2]` each, for a cache of
     /// `capacity` positions.
     pub fn at(&self, pos: usize, s: usize, capacity: usize) -> (Tensor<4>, Tensor<4>) {
-        let (cos, sin) = match (&self.long, self.rope.long(capacity)) {
-            (Some((c, s)), true) => (c, s),
-            _ => (&self.cos, &self.sin),
+        let t = match (&self.long, self.rope.long(capacity)) {
+            (Some(long), true) => long,
+            _ => &self.cos_sin,
         };
         (
-            cos.clone().narrow(0, pos, s).unsqueeze::<4>(),
-            sin.clone().narrow(0, pos, s).unsqueeze::<4>(),
+            t.clone().narrow(0, pos, s).unsqueeze::<4>(),
+            t.clone().narrow(0, self.max + pos, s).unsqueeze::<4>(),
         )
     }
 
-    /// Whether the fused decode kernels can take this rope (whole heads, one table).
+    /// Whether the fused decode kernels can take this rope (one table).
     pub fn plain_tables(&self) -> bool {
         self.long.is_none()
     }

@@ -28,11 +28,7 @@ pub(crate) const ATT_WG: usize = 32;
 
 /// Head dims up to this have their loops over features unrolled; wider heads (Gemma 3's 256) keep them
 /// as loops, which compile several times faster on lavapipe and run no slower.
-const UNROLL: usize = UNROLLED_HEAD;
-
-/// The largest head dim whose feature loops are unrolled (the fused step takes only these; see
-/// `model::step`).
-pub const UNROLLED_HEAD: usize = 64;
+const UNROLL: usize = 64;
 
 /// One online-softmax step of a thread's state (`m[0]` running max, `m[1]` running sum, `o` weighted
 /// values) for a new score: rescales the state to the new max and returns the new position's weight,
@@ -53,12 +49,12 @@ fn online(score: f32, m: &mut Array<f32>, o: &mut Array<f32>, #[comptime] d: usi
     e
 }
 
-/// Feature `i` of the head at `at` of `x`, times `s · w[i]` when the layer normalises per head.
+/// Feature `i` of the head at `at` of `x`, times `s · w[w0 + i]` when the layer normalises per head.
 #[cube]
-fn feature(x: &[f32], w: &[f32], at: usize, i: usize, s: f32, #[comptime] norm: bool) -> f32 {
+fn feature(x: &[f32], w: &[f32], w0: usize, at: usize, i: usize, s: f32, #[comptime] norm: bool) -> f32 {
     let mut y = x[at + i];
     if norm {
-        y = y * s * w[i];
+        y = y * s * w[w0 + i];
     }
     y
 }
@@ -105,13 +101,12 @@ fn attend_append_kernel(
     q: &[f32],
     k: &[f32],
     v: &[f32],
-    cos: &[f32],
-    sin: &[f32],
-    qn: &[f32],
-    kn: &[f32],
+    rope_t: &[f32],
+    qkn: &[f32],
     keys: &mut [f32],
     values: &mut [f32],
     out: &mut [f32],
+    sin_at: usize,
     heads: usize,
     kv_heads: usize,
     pos: usize,
@@ -144,10 +139,10 @@ fn attend_append_kernel(
     let mut o = Array::<f32>::new(d);
     #[unroll(unroll)]
     for i in 0..half {
-        let c = table(cos, cb + i, 1.0, rope);
-        let s = table(sin, cb + i, 0.0, rope);
-        let x1 = feature(q, qn, qo, i, qs, norm);
-        let x2 = feature(q, qn, qo, i + half, qs, norm);
+        let c = table(rope_t, cb + i, 1.0, rope);
+        let s = table(rope_t, sin_at + cb + i, 0.0, rope);
+        let x1 = feature(q, qkn, 0, qo, i, qs, norm);
+        let x2 = feature(q, qkn, 0, qo, i + half, qs, norm);
         qv[i] = x1 * c - x2 * s;
         qv[i + half] = x2 * c + x1 * s;
         o[i] = 0.0;
@@ -158,10 +153,10 @@ fn attend_append_kernel(
         let dst = kv0 + pos * d;
         let mut i = tid;
         while i < half {
-            let c = table(cos, cb + i, 1.0, rope);
-            let s = table(sin, cb + i, 0.0, rope);
-            let x1 = feature(k, kn, ko, i, ks, norm);
-            let x2 = feature(k, kn, ko, i + half, ks, norm);
+            let c = table(rope_t, cb + i, 1.0, rope);
+            let s = table(rope_t, sin_at + cb + i, 0.0, rope);
+            let x1 = feature(k, qkn, d, ko, i, ks, norm);
+            let x2 = feature(k, qkn, d, ko, i + half, ks, norm);
             keys[dst + i] = x1 * c - x2 * s;
             keys[dst + i + half] = x2 * c + x1 * s;
             values[dst + i] = v[ko + i];
@@ -193,10 +188,10 @@ fn attend_append_kernel(
         let mut dot = 0.0f32;
         #[unroll(unroll)]
         for i in 0..half {
-            let c = table(cos, cb + i, 1.0, rope);
-            let s = table(sin, cb + i, 0.0, rope);
-            let x1 = feature(k, kn, ko, i, ks, norm);
-            let x2 = feature(k, kn, ko, i + half, ks, norm);
+            let c = table(rope_t, cb + i, 1.0, rope);
+            let s = table(rope_t, sin_at + cb + i, 0.0, rope);
+            let x1 = feature(k, qkn, d, ko, i, ks, norm);
+            let x2 = feature(k, qkn, d, ko, i + half, ks, norm);
             dot += qv[i] * (x1 * c - x2 * s) + qv[i + half] * (x2 * c + x1 * s);
         }
         let e = online(logit(dot, scale, cap, softcap), &mut state, &mut o, d);
@@ -256,11 +251,12 @@ pub struct CacheSlot<'a> {
 /// How a layer attends, beyond its q, k, v and cache.
 #[derive(Clone, Copy)]
 pub struct Attend<'a> {
-    /// Rotate-half rope tables `(cos, sin)`, `[max_pos, d / 2]` each; `None` for a layer without
-    /// positional encoding.
-    pub rope: Option<(&'a Tensor<2>, &'a Tensor<2>)>,
-    /// Per-head RMSNorm weights of q and k (`[d]` each, applied before rope) and its epsilon.
-    pub qk_norm: Option<(&'a Tensor<1>, &'a Tensor<1>, f32)>,
+    /// The rotate-half rope table, `[2·max_pos, d / 2]`: cos of every position, then sin (one binding:
+    /// WebGPU guarantees only 8 storage buffers per shader stage, and SwiftShader gives 10); `None` for a
+    /// layer without positional encoding.
+    pub rope: Option<&'a Tensor<2>>,
+    /// Per-head RMSNorm weights of q then k (`[2d]`, applied before rope) and its epsilon.
+    pub qk_norm: Option<(&'a Tensor<1>, f32)>,
     /// The factor of the scores `q · k` (`1/√d`, Gemma's `query_pre_attn_scalar^-½`).
     pub scale: f32,
     /// A sliding window: the query at `pos` sees keys `j` with `pos − j < w` only.
@@ -270,8 +266,9 @@ pub struct Attend<'a> {
 }
 
 impl Attend<'_> {
-    /// A Llama layer's: rope from `(cos, sin)`, scores scaled by `1/√d`, no norm, window or cap.
-    pub fn plain<'a>(d: usize, rope: (&'a Tensor<2>, &'a Tensor<2>)) -> Attend<'a> {
+    /// A Llama layer's: rope from a `[2·max_pos, d / 2]` cos-then-sin table, scores scaled by `1/√d`, no
+    /// norm, window or cap.
+    pub fn plain(d: usize, rope: &Tensor<2>) -> Attend<'_> {
         Attend {
             rope: Some(rope),
             qk_norm: None,
@@ -317,18 +314,16 @@ pub fn attention_append(
         slot.keys.dims()
     );
     assert!(pos < alloc, "attention_append: position {pos} beyond the cache");
-    if let Some((cos, sin)) = how.rope {
+    if let Some(t) = how.rope {
+        let [rows, half] = t.dims();
         assert!(
-            pos < cos.dims()[0] && cos.dims()[1] == d / 2 && sin.dims() == cos.dims(),
-            "attention_append: position {pos}, rope tables {:?}",
-            cos.dims()
+            rows % 2 == 0 && pos < rows / 2 && half == d / 2,
+            "attention_append: position {pos}, rope table {:?}",
+            t.dims()
         );
     }
-    if let Some((qn, kn, _)) = how.qk_norm {
-        assert!(
-            qn.dims() == [d] && kn.dims() == [d],
-            "attention_append: q/k norms"
-        );
+    if let Some((w, _)) = how.qk_norm {
+        assert!(w.dims() == [2 * d], "attention_append: q/k norms {:?}", w.dims());
     }
     assert!(how.window != Some(0), "attention_append: an empty window");
     let start = how.window.map_or(0, |w| (pos + 1).saturating_sub(w));
@@ -341,13 +336,13 @@ pub fn attention_append(
     let out = empty_like(&q, Shape::new([b, hd]));
     // Absent tables and norms bind a one-element placeholder the kernel never reads.
     let none = || empty_like(&q, Shape::new([1]));
-    let (cos, sin) = match how.rope {
-        Some((c, s)) => (cube(c.clone(), "rope cos"), cube(s.clone(), "rope sin")),
-        None => (none(), none()),
+    let (rope_t, sin_at) = match how.rope {
+        Some(t) => (cube(t.clone(), "rope table"), t.dims()[0] / 2 * t.dims()[1]),
+        None => (none(), 0),
     };
-    let (qn, kn, eps) = match how.qk_norm {
-        Some((qn, kn, eps)) => (cube(qn.clone(), "q norm"), cube(kn.clone(), "k norm"), eps),
-        None => (none(), none(), 0.0),
+    let (qkn, eps) = match how.qk_norm {
+        Some((w, eps)) => (cube(w.clone(), "q/k norms"), eps),
+        None => (none(), 0.0),
     };
     if b > 0 {
         unsafe {
@@ -358,13 +353,12 @@ pub fn attention_append(
                 q.clone().into_buffer_arg(),
                 cube(k, "attention_append k").into_buffer_arg(),
                 cube(v, "attention_append v").into_buffer_arg(),
-                cos.into_buffer_arg(),
-                sin.into_buffer_arg(),
-                qn.into_buffer_arg(),
-                kn.into_buffer_arg(),
+                rope_t.into_buffer_arg(),
+                qkn.into_buffer_arg(),
                 keys.into_buffer_arg(),
                 values.into_buffer_arg(),
                 out.clone().into_buffer_arg(),
+                sin_at,
                 heads,
                 kv,
                 pos,
