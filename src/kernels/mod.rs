@@ -135,36 +135,33 @@ impl QuantWeight {
 /// vectorized `exp` on the CPU backend ([`cpu::activation`]), burn's ops elsewhere.
 pub fn silu_mul<const D: usize>(gate: Tensor<D>, up: Tensor<D>) -> Tensor<D> {
     match gate.device().as_dispatch() {
-        DispatchDevice::Flex(_) => {
-            let shape = gate.shape();
-            let out = with_flex_values(gate, |g| {
-                with_flex_values(up, |u| {
-                    let mut out = vec![0.0; g.len()];
-                    cpu::activation::silu_mul(g, u, &mut out);
-                    out
-                })
-            });
-            Tensor::from_primitive::<Flex>(FlexTensor::from_data(TensorData::new(out, shape)))
-        }
+        DispatchDevice::Flex(_) => flex_gated(gate, up, cpu::activation::silu_mul),
         _ => burn::tensor::activation::silu(gate) * up,
     }
+}
+
+/// `f(gate, up, out)` over the values of two flex tensors of one shape, into a new tensor of that shape.
+fn flex_gated<const D: usize>(
+    gate: Tensor<D>,
+    up: Tensor<D>,
+    f: fn(&[f32], &[f32], &mut [f32]),
+) -> Tensor<D> {
+    let shape = gate.shape();
+    let out = with_flex_values(gate, |g| {
+        with_flex_values(up, |u| {
+            let mut out = vec![0.0; g.len()];
+            f(g, u, &mut out);
+            out
+        })
+    });
+    Tensor::from_primitive::<Flex>(FlexTensor::from_data(TensorData::new(out, shape)))
 }
 
 /// `gelu_tanh(gate) · up`, element-wise (Gemma's gated MLP), on the tensors' device: one pass with a
 /// vectorized `exp` on the CPU backend ([`cpu::activation`]), burn's ops elsewhere.
 pub fn gelu_tanh_mul<const D: usize>(gate: Tensor<D>, up: Tensor<D>) -> Tensor<D> {
     match gate.device().as_dispatch() {
-        DispatchDevice::Flex(_) => {
-            let shape = gate.shape();
-            let out = with_flex_values(gate, |g| {
-                with_flex_values(up, |u| {
-                    let mut out = vec![0.0; g.len()];
-                    cpu::activation::gelu_tanh_mul(g, u, &mut out);
-                    out
-                })
-            });
-            Tensor::from_primitive::<Flex>(FlexTensor::from_data(TensorData::new(out, shape)))
-        }
+        DispatchDevice::Flex(_) => flex_gated(gate, up, cpu::activation::gelu_tanh_mul),
         _ => {
             // 0.5·g·(1 + tanh(z)) = g / (1 + e^(−2z)), z = √(2/π)·(g + 0.044715·g³): no `tanh`, which some
             // WebGPU implementations compute as (e^2z − 1)/(e^2z + 1), NaN once e^2z overflows.

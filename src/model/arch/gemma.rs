@@ -181,7 +181,7 @@ pub struct Layer {
 }
 
 /// `1 + w`: Gemma's RMSNorm weight as a plain multiplier.
-fn offset(w: Tensor<1>) -> Tensor<1> {
+pub(crate) fn offset(w: Tensor<1>) -> Tensor<1> {
     w.add_scalar(1.0)
 }
 

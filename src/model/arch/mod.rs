@@ -268,7 +268,7 @@ impl Arch {
     /// Adjusts the model-wide tensors as the family uses them (Gemma: the final norm's `1 + w`).
     pub(crate) fn final_norm(self, w: Tensor<1>) -> Tensor<1> {
         match self.is_gemma() {
-            true => w.add_scalar(1.0),
+            true => gemma::offset(w),
             false => w,
         }
     }
@@ -343,22 +343,20 @@ pub(crate) fn load_attention_mlp(
             v: Linear::take(ckpt, &format!("{p}.self_attn.v_proj"), [kv, h], c.qkv_bias)?,
         },
     };
-    let (q_norm, k_norm) = match c.qk_norm {
-        true => (
-            Some(norm(ckpt.vector(&format!("{p}.self_attn.q_norm.weight"), hd)?)),
-            Some(norm(ckpt.vector(&format!("{p}.self_attn.k_norm.weight"), hd)?)),
-        ),
-        false => (None, None),
+    let qk_norm = match c.qk_norm {
+        true => Some(Tensor::cat(
+            vec![
+                norm(ckpt.vector(&format!("{p}.self_attn.q_norm.weight"), hd)?),
+                norm(ckpt.vector(&format!("{p}.self_attn.k_norm.weight"), hd)?),
+            ],
+            0,
+        )),
+        false => None,
     };
     let attn = Attention {
         qkv,
         o: Linear::take(ckpt, &format!("{p}.self_attn.o_proj"), [h, q], false)?,
-        qk_norm: q_norm
-            .clone()
-            .zip(k_norm.clone())
-            .map(|(q, k)| Tensor::cat(vec![q, k], 0)),
-        q_norm,
-        k_norm,
+        qk_norm,
     };
     let gate_up = match c.fused_gate_up {
         true => GateUp::Fused(Linear::take(

@@ -34,10 +34,8 @@ pub enum Qkv {
 pub struct Attention {
     pub qkv: Qkv,
     pub o: Linear,
-    /// `[d]` each, when the family normalises q and k per head before rope.
-    pub q_norm: Option<Tensor<1>>,
-    pub k_norm: Option<Tensor<1>>,
-    /// `[2d]`: the q then the k norm weights in one tensor, as the fused decode kernel binds them.
+    /// `[2d]`: the q then the k RMSNorm weights, when the family normalises q and k per head before rope
+    /// (one tensor, as the fused decode kernel binds them).
     pub qk_norm: Option<Tensor<1>>,
 }
 
@@ -116,9 +114,9 @@ impl Attention {
         };
         let split = |y: Tensor<3>, n: usize| y.reshape([b, s, n, d]).swap_dims(1, 2); // [b, n, s, d]
         let (mut q, mut k, v) = (split(q, heads), split(k, kv), split(v, kv));
-        if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
-            q = rms_norm(q, qn.clone(), c.rms_norm_eps);
-            k = rms_norm(k, kn.clone(), c.rms_norm_eps);
+        if let Some(w) = &self.qk_norm {
+            q = rms_norm(q, w.clone().narrow(0, 0, d), c.rms_norm_eps);
+            k = rms_norm(k, w.clone().narrow(0, d, d), c.rms_norm_eps);
         }
         let kind = c.layers[layer];
         if let Some(r) = kind.rope {
