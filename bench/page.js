@@ -9,8 +9,21 @@
 const now = () => performance.now();
 const log = (...args) => console.log('[bench]', ...args);
 
-/** Reads a stream of completion chunks; times are relative to `t0`. */
-async function consume(iter, t0) {
+/** `b − a` of two `counts()` of kiln's device counters (`watchDevice`). */
+function since(b, a) {
+  const by_kernel = {};
+  for (const [k, n] of Object.entries(b.by_kernel)) if (n > (a.by_kernel[k] ?? 0)) by_kernel[k] = n - (a.by_kernel[k] ?? 0);
+  return { dispatches: b.dispatches - a.dispatches, reads: b.reads - a.reads, read_bytes: b.read_bytes - a.read_bytes, by_kernel };
+}
+
+/**
+ * Reads a stream of completion chunks; times are relative to `t0`. With `probe` (kiln's device counters),
+ * also what the prefill (up to the first chunk) and the decode steps (first to last chunk) cost the device.
+ */
+async function consume(iter, t0, probe) {
+  const start = probe?.();
+  let atFirst = null;
+  let atLast = null;
   let first = null;
   let last = null;
   let usage = null;
@@ -22,6 +35,10 @@ async function consume(iter, t0) {
     if (chunk.choices?.length) {
       first ??= t;
       last = t;
+      if (probe) {
+        atLast = probe();
+        atFirst ??= atLast;
+      }
       chunks += 1;
       text += chunk.choices.map((c) => c.text ?? '').join('');
     }
@@ -29,11 +46,12 @@ async function consume(iter, t0) {
     if (chunk.timings) timings = chunk.timings;
   }
   if (first === null) throw new Error('the stream had no chunk with a choice');
-  return { first, last, usage, timings, chunks, text };
+  const counts = probe ? { prefill_counts: since(atFirst, start), decode_counts: since(atLast, atFirst) } : {};
+  return { first, last, usage, timings, chunks, text, counts };
 }
 
 /** Runs every prompt through `create(ids)` (which starts a streamed completion) and records the runs. */
-async function runPrompts(label, { prompts, runs, warmup }, create) {
+async function runPrompts(label, { prompts, runs, warmup }, create, probe) {
   const out = {};
   for (const [size, ids] of Object.entries(prompts)) {
     const list = [];
@@ -41,7 +59,7 @@ async function runPrompts(label, { prompts, runs, warmup }, create) {
     for (let i = 0; i < warmup + runs; i++) {
       const warm = i < warmup;
       const t0 = now();
-      const r = await consume(await create(ids, size), t0);
+      const r = await consume(await create(ids, size), t0, probe);
       const completion = r.usage?.completion_tokens ?? r.chunks;
       const run = {
         ttft_ms: r.first,
@@ -52,6 +70,7 @@ async function runPrompts(label, { prompts, runs, warmup }, create) {
         chunks: r.chunks,
       };
       if (r.timings) run.engine_timings = r.timings;
+      if (probe) Object.assign(run, r.counts, { decode_steps: Math.max(completion - 1, 0) });
       log(`${label} prompt ${size} ${warm ? 'warm-up' : 'run'} ${warm ? i + 1 : i + 1 - warmup}: ttft ${r.first.toFixed(0)} ms, ${completion} tokens in ${r.last.toFixed(0)} ms`);
       if (!warm) list.push(run);
       text = r.text;
@@ -81,12 +100,16 @@ window.benchKiln = async ({ device, model, prompts, stopIds, tokens, runs, warmu
   const loadMs = now() - t0;
   log(`${label}: loaded in ${loadMs.toFixed(0)} ms on ${JSON.stringify(engine.device)}`);
   // The wasm-bindgen glue's default export returns the initialised module's exports once it has run.
-  const wasm = await (await import('/pkg/kiln.js')).default();
+  const glue = await import('/pkg/kiln.js');
+  const wasm = await glue.default();
+  // Dispatches and reads, counted over every run (kiln's `engine::counters`; the engine runs on this page).
+  const watch = glue.watchDevice();
   const bias = biasOf(stopIds);
   const results = await runPrompts(label, { prompts, runs, warmup }, (ids) => engine.completions.create({
     model: 'bench', prompt: ids, max_tokens: tokens, temperature: 0, logit_bias: bias,
     stream: true, stream_options: { include_usage: true },
-  }));
+  }), () => watch.counts());
+  watch.free();
   // Wasm memory only grows: its size now is its peak.
   const memory = wasm.memory?.buffer?.byteLength ?? null;
   const info = engine.device;

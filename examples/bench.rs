@@ -7,9 +7,12 @@
 //!   that end a generation (EOS, end-of-turn), which the benchmark biases away so every run decodes the full
 //!   count. The browser harness (`bench/`) feeds the same ids to kiln and wllama.
 //! - `bench --model M.gguf --device flex|wgpu --prompts prompts.json --tokens 128 --runs 5 --warmup 1 --out
-//!   result.json`: loads the model (timed), then for each prompt runs `warmup` + `runs` greedy streamed
+//!   result.json [--fused off] [--select off]`: loads the model (timed; on wgpu the fused decode step and
+//!   the device-side selection of the sampler's candidates can be turned off, to measure without them), then for each prompt runs `warmup` + `runs` greedy streamed
 //!   completions of `tokens` tokens and records each measured run's time to first token, completion tokens
-//!   and the time from the first to the last chunk. Medians are taken by the caller.
+//!   and the time from the first to the last chunk, and what the prefill and the decode steps cost the
+//!   device (`engine::counters`: dispatches per kernel, reads and bytes read back). Medians are taken by
+//!   the caller.
 //!
 //! Timings only: nothing here asserts on them.
 
@@ -19,7 +22,7 @@ mod native {
 
     use kiln::api::completion_request;
     use kiln::engine::Model;
-    use kiln::engine::device;
+    use kiln::engine::{counters, device};
     use kiln::loader::Gguf;
     use kiln::tokenizer::ModelTokenizer;
     use pollster::block_on;
@@ -37,6 +40,9 @@ mod native {
         runs: usize,
         warmup: usize,
         out: Option<String>,
+        /// The fused decode step and device-side selection (both on by default; off to measure without).
+        fused: bool,
+        select: bool,
     }
 
     fn parse() -> Result<Args> {
@@ -50,6 +56,8 @@ mod native {
             runs: 5,
             warmup: 1,
             out: None,
+            fused: true,
+            select: true,
         };
         let mut it = std::env::args().skip(1);
         while let Some(flag) = it.next() {
@@ -70,6 +78,8 @@ mod native {
                 "--runs" => a.runs = num(value()?)?,
                 "--warmup" => a.warmup = num(value()?)?,
                 "--out" => a.out = Some(value()?),
+                "--fused" => a.fused = value()? != "off",
+                "--select" => a.select = value()? != "off",
                 _ => return Err(format!("unknown flag `{flag}`")),
             }
         }
@@ -167,7 +177,9 @@ mod native {
             }
             other => return Err(format!("unknown device `{other}` (flex or wgpu)")),
         };
-        let model = Model::from_gguf("bench", &bytes, &dev).map_err(|e| e.to_string())?;
+        let mut model = Model::from_gguf("bench", &bytes, &dev).map_err(|e| e.to_string())?;
+        model.decoder.set_fused(a.fused);
+        model.decoder.set_select_on_device(a.select);
         let load_ms = started.elapsed().as_secs_f64() * 1e3;
         drop(bytes);
         eprintln!(
@@ -175,6 +187,8 @@ mod native {
             a.device
         );
 
+        // Dispatches and reads, counted over every run (see `engine::counters`).
+        let watch = counters::watch();
         let mut results = serde_json::Map::new();
         for (size, ids) in prompts {
             let mut runs = Vec::new();
@@ -188,6 +202,7 @@ mod native {
                 let t0 = Instant::now();
                 let mut stream = model.complete(req).map_err(|e| format!("{e:?}"))?;
                 let (mut first, mut last, mut usage) = (None, None, None);
+                let (start, mut at_first, mut at_last) = (watch.counts(), None, None);
                 let mut text = String::new();
                 while let Some(chunk) = block_on(stream.next()) {
                     let chunk = chunk.map_err(|e| format!("{e:?}"))?;
@@ -195,6 +210,8 @@ mod native {
                     if !chunk.choices.is_empty() {
                         first.get_or_insert(now);
                         last = Some(now);
+                        at_first.get_or_insert_with(|| watch.counts());
+                        at_last = Some(watch.counts());
                         text.extend(chunk.choices.iter().map(|c| c.text.as_str()));
                     }
                     if let Some(u) = chunk.usage {
@@ -203,9 +220,14 @@ mod native {
                 }
                 let (first, last) = (first.ok_or("no chunk")?, last.unwrap_or_default());
                 let usage = usage.ok_or("no usage chunk")?;
+                let (at_first, at_last) = (at_first.ok_or("no chunk")?, at_last.ok_or("no chunk")?);
+                // The decode steps are those between the first chunk and the last (one token each).
                 let run = json!({
                     "ttft_ms": first, "total_ms": last, "prompt_tokens": usage.prompt_tokens,
                     "completion_tokens": usage.completion_tokens, "decode_ms": last - first,
+                    "prefill_counts": at_first.since(&start),
+                    "decode_counts": at_last.since(&at_first),
+                    "decode_steps": usage.completion_tokens.saturating_sub(1),
                 });
                 eprintln!(
                     "bench: kiln native {} prompt {size} {} {}: ttft {first:.0} ms, {} tokens in {last:.0} ms",

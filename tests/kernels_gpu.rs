@@ -12,7 +12,8 @@
 //!
 //! Split weights (a tensor over the storage binding limit, in several buffers) are in `kernels_gpu/split.rs`,
 //! the fused decode-step kernels (RMSNorm, rope with the cache append, attention, SiLU·up) in
-//! `kernels_gpu/decode.rs`.
+//! `kernels_gpu/decode.rs`, the sampling kernels (bias and penalties, top-k selection) in
+//! `kernels_gpu/select.rs`.
 //!
 //! The host reference is `GgmlType::dequantize` wherever `GgmlType` names the format; for the formats it
 //! does not name yet, this file's `host_dequantize`, a transcription of llama.cpp's `dequantize_row_*`.
@@ -28,6 +29,9 @@ mod split;
 
 #[path = "kernels_gpu/decode.rs"]
 mod decode;
+
+#[path = "kernels_gpu/select.rs"]
+mod select;
 
 mod quant_kernels;
 

@@ -1,51 +1,143 @@
 //! The generation loop's device side: one prefill over the prompt (shared by all `n` choices), then one
-//! decode step per token for all choices at once. Logits leave the device once per step, through an async
-//! read (the only kind the browser allows); everything after that (sampling, stop rules, detokenisation)
-//! is plain Rust on the host.
+//! decode step per token for all choices at once. Each step ends in one async read (the only kind the
+//! browser allows): the whole row of logits ([`Readout::Full`]), or, on wgpu, the candidates the sampler
+//! needs ([`Readout::Top`]: the bias and penalties applied and the largest logits selected on the device,
+//! `kernels::gpu::select`), with the whole row read afterwards only if they do not decide
+//! ([`Runner::read_last`]). Everything after that (sampling, stop rules, detokenisation) is plain Rust on
+//! the host.
 
-use burn::tensor::Tensor;
+use burn::tensor::{Tensor, TensorData, Transaction};
 
 use super::EngineError;
+use super::counters::note_read;
+use crate::kernels::gpu::select::{self, Adjust};
 use crate::model::{Decoder, KvCache};
 pub use crate::sampling::argmax;
+use crate::sampling::candidates::Candidates;
+
+/// Candidates per row in [`Readout::Top`] (at most the vocabulary).
+pub const TOP_K: usize = select::MAX_K;
+
+/// What a step reads back.
+#[derive(Debug, Clone, Copy)]
+pub enum Readout<'a> {
+    /// Every logit of every row.
+    Full,
+    /// Per row its candidates at `temperature` (0: greedy, the chunk sums are not read), after
+    /// `adjust` (`(row, id, add, sub)`; see [`Adjust`]).
+    Top { adjust: &'a [Adjust], temperature: f32 },
+}
+
+/// A step's read: rows of logits, or of candidates.
+#[derive(Debug, Clone)]
+pub enum Rows {
+    Full(Vec<Vec<f32>>),
+    Top(Vec<Candidates>),
+}
 
 /// A running generation: the decoder (a cheap clone of shared tensor handles) and its KV cache.
 pub struct Runner {
     decoder: Decoder,
     cache: KvCache,
+    /// The last step's adjusted logits `[b, V]` while its candidates were read instead of them.
+    last: Option<Tensor<2>>,
 }
 
-/// `[b, s, V]` logits → `b · s` rows of `V`.
-async fn read_rows(logits: Tensor<3>) -> Result<Vec<Vec<f32>>, EngineError> {
-    let [b, s, v] = logits.dims();
+fn device_error(e: impl std::fmt::Debug) -> EngineError {
+    EngineError::Device(format!("{e:?}"))
+}
+
+/// `[r, V]` logits → `r` rows of `V`.
+async fn read_rows(logits: Tensor<2>) -> Result<Vec<Vec<f32>>, EngineError> {
+    let [r, v] = logits.dims();
     let data = logits
         .into_data_async()
         .await
-        .map_err(|e| EngineError::Device(format!("{e:?}")))?
+        .map_err(device_error)?
         .try_into_vec::<f32>()
-        .map_err(|e| EngineError::Device(format!("{e:?}")))?;
-    Ok((0..b * s).map(|i| data[i * v..(i + 1) * v].to_vec()).collect())
+        .map_err(device_error)?;
+    note_read(data.len() * 4);
+    Ok((0..r).map(|i| data[i * v..(i + 1) * v].to_vec()).collect())
+}
+
+fn floats(data: TensorData) -> Result<Vec<f32>, EngineError> {
+    data.try_into_vec::<f32>().map_err(device_error)
+}
+
+/// The candidates of `logits: [r, V]` (adjusted in place first), in one read.
+async fn read_top(logits: &Tensor<2>, adjust: &[Adjust], t: f32) -> Result<Vec<Candidates>, EngineError> {
+    let [r, v] = logits.dims();
+    select::adjust(logits, adjust);
+    let k = TOP_K.min(v);
+    let found = select::top_k(logits.clone(), k, t);
+    let mut read = Transaction::default().register(found.top);
+    if t > 0.0 {
+        read = read.register(found.stats);
+    }
+    let mut data = read.execute_async().await.map_err(device_error)?.into_iter();
+    let top = floats(data.next().ok_or_else(|| device_error("no candidates read"))?)?;
+    let stats = match data.next() {
+        Some(d) => floats(d)?,
+        None => Vec::new(),
+    };
+    note_read((top.len() + stats.len()) * 4);
+    let per = stats.len() / r.max(1);
+    Ok((0..r)
+        .map(|i| Candidates {
+            top: top[i * 2 * k..(i + 1) * 2 * k]
+                .chunks_exact(2)
+                .map(|p| (p[1] as u32, p[0]))
+                .collect(),
+            chunks: stats[i * per..(i + 1) * per]
+                .chunks_exact(2)
+                .map(|p| (p[0], p[1]))
+                .collect(),
+            vocab: v,
+        })
+        .collect())
 }
 
 impl Runner {
-    /// Runs the prompt once and returns the logits of its last position, or of every position when
-    /// `all_positions` (for prompt logprobs). The cache holds up to `capacity` positions.
+    /// Runs the prompt once and returns what `readout` asks of its last position, or the logits of every
+    /// position when `all_positions` (for prompt logprobs; `readout` must be [`Readout::Full`] then). The
+    /// cache holds up to `capacity` positions.
     pub async fn prefill(
         decoder: &Decoder,
         prompt: &[u32],
         capacity: usize,
         all_positions: bool,
-    ) -> Result<(Self, Vec<Vec<f32>>), EngineError> {
-        let mut cache = decoder.new_cache(1, capacity);
-        let logits = decoder.forward(&[prompt.to_vec()], &mut cache, all_positions)?;
-        let rows = read_rows(logits).await?;
-        Ok((
-            Self {
-                decoder: decoder.clone(),
-                cache,
-            },
-            rows,
-        ))
+        readout: Readout<'_>,
+    ) -> Result<(Self, Rows), EngineError> {
+        let mut runner = Self {
+            decoder: decoder.clone(),
+            cache: decoder.new_cache(1, capacity),
+            last: None,
+        };
+        let logits = decoder.forward(&[prompt.to_vec()], &mut runner.cache, all_positions)?;
+        let rows = runner.read(logits, readout).await?;
+        Ok((runner, rows))
+    }
+
+    async fn read(&mut self, logits: Tensor<3>, readout: Readout<'_>) -> Result<Rows, EngineError> {
+        let [b, s, v] = logits.dims();
+        let logits = logits.reshape([b * s, v]);
+        self.last = None;
+        match readout {
+            Readout::Full => Ok(Rows::Full(read_rows(logits).await?)),
+            Readout::Top { adjust, temperature } => {
+                let top = read_top(&logits, adjust, temperature).await?;
+                self.last = Some(logits);
+                Ok(Rows::Top(top))
+            }
+        }
+    }
+
+    /// The whole rows of the last step that read [`Readout::Top`], adjusted (a second read).
+    pub async fn read_last(&mut self) -> Result<Vec<Vec<f32>>, EngineError> {
+        match self.last.take() {
+            Some(logits) => read_rows(logits).await,
+            None => Err(EngineError::Device("no step's logits are kept to read".into())),
+        }
     }
 
     /// Continues `n` sequences from the prefilled one.
@@ -75,11 +167,22 @@ impl Runner {
         self.cache.capacity - self.cache.len
     }
 
-    /// Appends one token per row and returns each row's next logits.
-    pub async fn step(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>, EngineError> {
+    /// Appends one token per row and returns what `readout` asks of each row's next logits.
+    pub async fn step(&mut self, tokens: &[u32], readout: Readout<'_>) -> Result<Rows, EngineError> {
         let rows: Vec<Vec<u32>> = tokens.iter().map(|&t| vec![t]).collect();
         let logits = self.decoder.forward(&rows, &mut self.cache, false)?;
-        read_rows(logits).await
+        self.read(logits, readout).await
+    }
+}
+
+/// The next token of each greedy row.
+fn greedy_ids(rows: Rows) -> Vec<u32> {
+    match rows {
+        Rows::Full(rows) => rows.iter().map(|r| argmax(r)).collect(),
+        Rows::Top(rows) => rows
+            .iter()
+            .map(|c| c.top.first().map_or(0, |&(id, _)| id))
+            .collect(),
     }
 }
 
@@ -92,10 +195,18 @@ pub async fn greedy(
     stop_ids: &[u32],
 ) -> Result<Vec<u32>, EngineError> {
     let capacity = (prompt.len() + max_new).min(decoder.config.max_position_embeddings);
-    let (mut runner, mut rows) = Runner::prefill(decoder, prompt, capacity, false).await?;
+    let readout = if decoder.selects_on_device() {
+        Readout::Top {
+            adjust: &[],
+            temperature: 0.0,
+        }
+    } else {
+        Readout::Full
+    };
+    let (mut runner, mut rows) = Runner::prefill(decoder, prompt, capacity, false, readout).await?;
     let mut out = Vec::new();
     while out.len() < max_new {
-        let next = argmax(&rows.pop().unwrap_or_default());
+        let next = greedy_ids(rows).pop().unwrap_or(0);
         if stop_ids.contains(&next) {
             break;
         }
@@ -103,7 +214,7 @@ pub async fn greedy(
         if out.len() == max_new || runner.room() == 0 {
             break;
         }
-        rows = runner.step(&[next]).await?;
+        rows = runner.step(&[next], readout).await?;
     }
     Ok(out)
 }

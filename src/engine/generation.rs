@@ -10,12 +10,14 @@ use std::sync::Arc;
 
 use super::EngineError;
 use super::detok::{Detokenizer, Matched, StopMatcher};
-use super::generate::Runner;
+use super::generate::{Readout, Rows, Runner};
 use crate::api::response::FinishReason;
 use crate::api::validate::Sampling;
+use crate::kernels::gpu::select::Adjust;
 use crate::model::Decoder;
+use crate::sampling::candidates::Candidates;
 use crate::sampling::constrain::Constraint;
-use crate::sampling::{Sampler, log_softmax, top_k};
+use crate::sampling::{Choice as Picked, Sampler, log_softmax, top_k};
 use crate::tokenizer::ModelTokenizer;
 
 /// What to generate for one prompt.
@@ -70,6 +72,20 @@ struct Choice {
     chars: usize,
 }
 
+/// Most bias and penalty entries a step adjusts on the device (beyond, it reads whole rows).
+const MAX_ADJUST: usize = 4096;
+
+/// A choice's next-token logits as the last step read them.
+#[derive(Clone)]
+enum Row {
+    /// Raw logits: the sampler applies bias and penalties.
+    Raw(Vec<f32>),
+    /// Logits the device already applied them to.
+    Adjusted(Vec<f32>),
+    /// The device's candidates ([`Readout::Top`]).
+    Top(Candidates),
+}
+
 /// A prompt being completed.
 pub struct Generation {
     decoder: Decoder,
@@ -77,13 +93,17 @@ pub struct Generation {
     prompt: Vec<u32>,
     params: GenParams,
     runner: Option<Runner>,
-    /// Logits for each choice's next token.
-    rows: Vec<Vec<f32>>,
+    /// Each choice's next-token logits.
+    rows: Vec<Row>,
     /// The choice each row of the runner's batch continues.
     batch: Vec<usize>,
     choices: Vec<Choice>,
     /// Prompt tokens scored at prefill (prompt logprobs).
     pub prompt_tokens_out: Vec<TokenOut>,
+}
+
+fn no_row() -> EngineError {
+    EngineError::Device("a step returned fewer rows than the batch holds".into())
 }
 
 impl Generation {
@@ -140,36 +160,53 @@ impl Generation {
         if self.choices.iter().all(|c| c.done) {
             return Ok(None);
         }
+        self.drop_finished();
+        let adjust = self.device_adjustments();
+        let readout = match &adjust {
+            Some(adjust) => Readout::Top {
+                adjust,
+                temperature: self.params.sampling.temperature,
+            },
+            None => Readout::Full,
+        };
         match &mut self.runner {
             None => {
                 let capacity = self.prompt.len() + self.params.max_new;
-                let (mut runner, mut rows) =
-                    Runner::prefill(&self.decoder, &self.prompt, capacity, self.params.prompt_logprobs)
-                        .await?;
-                let last = rows.pop().unwrap_or_default();
-                if self.params.prompt_logprobs {
-                    self.score_prompt(&rows);
-                }
+                let (mut runner, rows) = Runner::prefill(
+                    &self.decoder,
+                    &self.prompt,
+                    capacity,
+                    self.params.prompt_logprobs,
+                    readout,
+                )
+                .await?;
+                let last = match rows {
+                    Rows::Full(mut rows) => {
+                        let last = rows.pop().unwrap_or_default();
+                        if self.params.prompt_logprobs {
+                            self.score_prompt(&rows);
+                        }
+                        Row::Raw(last)
+                    }
+                    Rows::Top(mut rows) => Row::Top(rows.pop().ok_or_else(no_row)?),
+                };
                 runner.fork(self.params.n);
                 self.runner = Some(runner);
-                self.rows = vec![last; self.params.n];
+                self.rows = (0..self.params.n).map(|_| last.clone()).collect();
                 self.batch = (0..self.params.n).collect();
             }
             Some(runner) => {
-                let live: Vec<usize> = (0..self.batch.len())
-                    .filter(|&r| !self.choices[self.batch[r]].done)
-                    .collect();
-                if live.len() < self.batch.len() {
-                    runner.keep_rows(&live);
-                    self.batch = live.iter().map(|&r| self.batch[r]).collect();
-                }
                 let tokens: Vec<u32> = self.batch.iter().map(|&i| self.choices[i].last).collect();
-                let rows = runner.step(&tokens).await?;
+                let rows: Vec<Row> = match runner.step(&tokens, readout).await? {
+                    Rows::Full(rows) => rows.into_iter().map(Row::Raw).collect(),
+                    Rows::Top(rows) => rows.into_iter().map(Row::Top).collect(),
+                };
                 for (&i, row) in self.batch.iter().zip(rows) {
                     self.rows[i] = row;
                 }
             }
         }
+        let mut picks = self.pick_on_candidates().await?;
         let room = self.runner.as_ref().map_or(0, Runner::room);
         let mut deltas = Vec::new();
         for (index, (choice, logits)) in self.choices.iter_mut().zip(self.rows.iter_mut()).enumerate() {
@@ -177,12 +214,15 @@ impl Generation {
                 continue;
             }
             let k = self.params.logprobs;
-            let picked = match &mut choice.constraint {
-                None => choice.sampler.sample(logits, k),
-                Some(c) => choice
+            let picked = match (picks[index].take(), logits, &mut choice.constraint) {
+                (Some(picked), _, _) => picked,
+                (None, Row::Raw(logits), None) => choice.sampler.sample(logits, k),
+                (None, Row::Raw(logits), Some(c)) => choice
                     .sampler
                     .sample_constrained(logits, k, c)
                     .map_err(|e| EngineError::Constraint(e.to_string()))?,
+                (None, Row::Adjusted(logits), _) => choice.sampler.sample_adjusted(logits, k),
+                (None, Row::Top(_), _) => return Err(no_row()),
             };
             choice.generated += 1;
             choice.last = picked.id;
@@ -238,6 +278,82 @@ impl Generation {
             deltas.push(delta);
         }
         Ok(Some(deltas))
+    }
+
+    /// Drops the rows of finished choices from the batch before a step.
+    fn drop_finished(&mut self) {
+        if let Some(runner) = &mut self.runner {
+            let live: Vec<usize> = (0..self.batch.len())
+                .filter(|&r| !self.choices[self.batch[r]].done)
+                .collect();
+            if live.len() < self.batch.len() {
+                runner.keep_rows(&live);
+                self.batch = live.iter().map(|&r| self.batch[r]).collect();
+            }
+        }
+    }
+
+    /// The bias and penalty changes of the next step, per row of the batch (the prefill's one row:
+    /// choice 0's, which every choice shares before it has generated), when the step can read candidates
+    /// instead of whole rows: on a wgpu device, for samplers that candidates decide, without logprobs or
+    /// grammars, with few enough entries.
+    fn device_adjustments(&self) -> Option<Vec<Adjust>> {
+        let p = &self.params;
+        let allowed = self.decoder.selects_on_device()
+            && p.logprobs.is_none()
+            && !p.prompt_logprobs
+            && self
+                .choices
+                .iter()
+                .all(|c| c.constraint.is_none() && c.sampler.decides_from_candidates());
+        if !allowed {
+            return None;
+        }
+        let rows: Vec<usize> = match self.runner {
+            None => vec![0],
+            Some(_) => self.batch.clone(),
+        };
+        let mut out = Vec::new();
+        for (row, &i) in rows.iter().enumerate() {
+            for (id, add, sub) in self.choices[i].sampler.adjustments()? {
+                out.push(Adjust {
+                    row: row as u32,
+                    id,
+                    add,
+                    sub,
+                });
+            }
+        }
+        (out.len() <= MAX_ADJUST * rows.len()).then_some(out)
+    }
+
+    /// Picks from the candidates of every live choice whose row has them; for choices they do not decide,
+    /// reads the whole (adjusted) rows of the step instead.
+    async fn pick_on_candidates(&mut self) -> Result<Vec<Option<Picked>>, EngineError> {
+        let mut picks: Vec<Option<Picked>> = vec![None; self.choices.len()];
+        let mut undecided = Vec::new();
+        for (i, (choice, row)) in self.choices.iter_mut().zip(&self.rows).enumerate() {
+            if let (false, Row::Top(c)) = (choice.done, row) {
+                picks[i] = choice.sampler.pick_top(c);
+                if picks[i].is_none() {
+                    undecided.push(i);
+                }
+            }
+        }
+        if undecided.is_empty() {
+            return Ok(picks);
+        }
+        let runner = self.runner.as_mut().ok_or_else(no_row)?;
+        let full = runner.read_last().await?;
+        for i in undecided {
+            // The prefill's one row serves every choice; a step's rows follow the batch.
+            let r = match full.len() {
+                1 => 0,
+                _ => self.batch.iter().position(|&b| b == i).ok_or_else(no_row)?,
+            };
+            self.rows[i] = Row::Adjusted(full.get(r).ok_or_else(no_row)?.clone());
+        }
+        Ok(picks)
     }
 
     /// Logprobs of prompt tokens 1.. from the prefill's per-position logits (token 0 has none).

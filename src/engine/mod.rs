@@ -16,6 +16,7 @@
 
 pub mod chat_choice;
 pub mod check;
+pub mod counters;
 pub mod detok;
 pub mod device;
 pub mod generate;

@@ -35,6 +35,9 @@ pub struct Decoder {
     /// Whether single-position steps take the fused wgpu kernels ([`Decoder::step`]): on a wgpu device, for
     /// the layer shapes they implement, unless turned off ([`Decoder::set_fused`]).
     fused: bool,
+    /// Whether steps on wgpu read back the sampler's candidates instead of whole rows of logits when the
+    /// request allows (the default; [`Decoder::set_select_on_device`]).
+    select: bool,
     /// One per rope of the config.
     pub(super) ropes: Vec<RopeTable>,
 }
@@ -91,6 +94,7 @@ impl Decoder {
             lm_head,
             tied,
             fused: false,
+            select: true,
             ropes,
         };
         decoder.set_fused(true);
@@ -107,6 +111,17 @@ impl Decoder {
     /// Whether single-position steps take the fused decode kernels ([`Decoder::set_fused`]).
     pub fn is_fused(&self) -> bool {
         self.fused
+    }
+
+    /// Whether steps on wgpu select the sampler's candidates on the device (`engine::generate::Readout`;
+    /// the default) or read every logit back; no effect off wgpu.
+    pub fn set_select_on_device(&mut self, on: bool) {
+        self.select = on;
+    }
+
+    /// Whether steps may read back candidates ([`Decoder::set_select_on_device`], on a wgpu device).
+    pub fn selects_on_device(&self) -> bool {
+        self.select && matches!(self.device.as_dispatch(), DispatchDevice::Cube(_))
     }
 
     /// The device the weights live on.

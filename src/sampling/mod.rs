@@ -13,6 +13,7 @@
 //!    whose probabilities add up to at least `top_p` (nucleus sampling; at least one token), and one is
 //!    drawn with the choice's seeded [`Rng`].
 
+pub mod candidates;
 pub mod constrain;
 pub mod rng;
 

@@ -2,6 +2,7 @@
 //! [`crate::engine`].
 //!
 //! - `deviceReport(kind)`: a device and the numerical self-check on it.
+//! - `KilnCounters` (`watchDevice()`): dispatches and device reads counted from now on, for benchmarks.
 //! - [`engine`]: `KilnLoader` (a GGUF file pushed in pieces, each tensor to the device as it arrives),
 //!   `KilnModel` (a loaded model; `chatStream` / `completionStream` validate a request and
 //!   return a `KilnStream` whose `next()` gives chunks and `collect()` the full response).
@@ -51,6 +52,30 @@ pub async fn device_report(kind: Option<String>) -> Result<JsValue, JsError> {
     let check = check_device(&device).await?;
     let report = DeviceReport { device: info, check };
     Ok(report.serialize(&serde_wasm_bindgen::Serializer::json_compatible())?)
+}
+
+/// Dispatches and device reads counted while it lives (`crate::engine::counters`): for benchmarks.
+#[wasm_bindgen]
+pub struct KilnCounters {
+    watch: crate::engine::counters::Watch,
+}
+
+/// Starts counting the wgpu dispatches (every kernel launch) and the reads from the device of the
+/// generation loop; the returned object's `counts()` gives `{ dispatches, reads, read_bytes, by_kernel }`
+/// so far, and `free()` stops counting.
+#[wasm_bindgen(js_name = watchDevice)]
+pub fn watch_device() -> KilnCounters {
+    KilnCounters {
+        watch: crate::engine::counters::watch(),
+    }
+}
+
+#[wasm_bindgen]
+impl KilnCounters {
+    pub fn counts(&self) -> Result<JsValue, JsError> {
+        let counts = self.watch.counts();
+        Ok(counts.serialize(&serde_wasm_bindgen::Serializer::json_compatible())?)
+    }
 }
 
 /// Sends Rust panics to the browser console, where they are otherwise reported as `unreachable`.

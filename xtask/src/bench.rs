@@ -313,8 +313,29 @@ fn column(key: &str, mut raw: Value, packages: &Value) -> Value {
                     .collect(),
             );
             let tokens = median(runs.iter().map(|r| f(r, "completion_tokens")).collect());
+            // kiln's device counters (`engine::counters`), per decode step.
+            let per_step = |k: &str| {
+                median(
+                    runs.iter()
+                        .filter(|r| r["decode_counts"].is_object())
+                        .map(|r| r["decode_counts"][k].as_f64().unwrap_or(f64::NAN) / f(r, "decode_steps"))
+                        .collect(),
+                )
+            };
             p["median"] = json!({ "ttft_ms": ttft, "prefill_tok_s": prefill, "decode_tok_s": decode,
-                                  "completion_tokens": tokens });
+                                  "completion_tokens": tokens,
+                                  "dispatches_per_step": per_step("dispatches"),
+                                  "read_bytes_per_step": per_step("read_bytes") });
+            if let Some(last) = runs.last().filter(|r| r["decode_counts"]["by_kernel"].is_object()) {
+                let steps = f(last, "decode_steps");
+                let kernels: serde_json::Map<String, Value> = last["decode_counts"]["by_kernel"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, n)| (k.clone(), json!(n.as_f64().unwrap_or(0.0) / steps)))
+                    .collect();
+                p["dispatches_per_step_by_kernel"] = Value::Object(kernels);
+            }
         }
     }
     let (memory, memory_kind) = if key.starts_with("native") {
@@ -368,6 +389,18 @@ fn table(report: &Value, prompts: &[usize]) -> String {
             format!("decode, {p}-token prompt (tok/s)"),
             cols.iter()
                 .map(|c| cell(c, &|c| m(c, "decode_tok_s", 2)))
+                .collect(),
+        ));
+        rows.push((
+            format!("dispatches per decode step, {p}-token prompt"),
+            cols.iter()
+                .map(|c| cell(c, &|c| m(c, "dispatches_per_step", 1)))
+                .collect(),
+        ));
+        rows.push((
+            format!("bytes read back per decode step, {p}-token prompt"),
+            cols.iter()
+                .map(|c| cell(c, &|c| m(c, "read_bytes_per_step", 0)))
                 .collect(),
         ));
     }

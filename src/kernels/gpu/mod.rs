@@ -27,6 +27,7 @@ mod dequant;
 mod embed;
 mod gemv;
 mod matmul;
+pub mod select;
 
 pub use embed::embedding;
 pub use matmul::matmul;

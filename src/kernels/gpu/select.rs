@@ -1,0 +1,271 @@
+//! The device side of sampling: each row's `k` largest logits with their ids, and the softmax mass at a
+//! temperature, so that a decode step reads back a few hundred bytes instead of `V` floats (Gemma 3's
+//! 262 144-token vocabulary is 1 MiB per token).
+//!
+//! Shapes: `logits: [b, V]` → [`TopK`]: `top: [b, 2k]` (`(value, id)` pairs, ids as f32, exact below
+//! 2²⁴; the largest value first, the lower id first on ties: the order of [`crate::sampling::top_k`]) and
+//! `stats: [b, 2C]` (per chunk of [`CHUNK`] logits its max `m_c` and `Σ exp((l − m_c) / t)`), `C = ⌈V / CHUNK⌉`.
+//!
+//! How: one launch per level. Level 1 loads [`CHUNK`] logits per workgroup (one workgroup per chunk and
+//! row) into shared memory, padded with `f32::MIN` (id `PAD_ID`, so padding sorts last), sorts them by
+//! a bitonic network and writes the chunk's first `k` pairs (and the chunk's stats). Each further level
+//! treats the `C · k` pairs of the previous one as its input, until one chunk is left: ⌈log₁₆ V⌉ levels
+//! for `k = 64` (3 for 262 144 ids, 2 for 49 152). Exact: every pair of the top `k` survives each level,
+//! since it is among the top `k` of its chunk.
+//!
+//! Shared memory: `2 · CHUNK` f32 plus [`WG`] partial sums, 9 KiB (WebGPU guarantees 16 KiB).
+
+use burn::backend::Cube;
+use burn::tensor::{DType, Shape, Tensor};
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::ops::numeric::empty_device_dtype;
+use burn_cubecl::tensor::CubeTensor;
+use cubecl::prelude::*;
+
+/// Logits (or pairs) sorted per workgroup.
+pub const CHUNK: usize = 1024;
+/// Threads per workgroup: each loads, compares and sums `CHUNK / WG` elements.
+const WG: usize = 256;
+/// Per thread.
+const PER: usize = CHUNK / WG;
+/// The most pairs a level keeps per chunk (at most a sixteenth of a chunk, so each level shrinks the input).
+pub const MAX_K: usize = 64;
+/// The id of padding: above any vocabulary (exact in f32).
+const PAD_ID: f32 = 16_777_216.0;
+/// The value of padding: below any finite logit.
+const PAD: f32 = -3.0e38;
+
+/// Whether pair `(va, ia)` comes before `(vb, ib)`: the larger value, then the lower id.
+#[cube]
+fn before(va: f32, ia: f32, vb: f32, ib: f32) -> bool {
+    va > vb || (va == vb && ia < ib)
+}
+
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn top_k_kernel(
+    input: &[f32],
+    out: &mut [f32],
+    stats: &mut [f32],
+    n: usize,
+    k: usize,
+    inv_t: f32,
+    #[comptime] first: bool,
+) {
+    let chunk = CUBE_POS_X as usize;
+    let row = CUBE_POS_Y as usize;
+    let chunks = CUBE_COUNT_X as usize;
+    let tid = UNIT_POS as usize;
+    let mut sv = Shared::<[f32]>::new_slice(CHUNK);
+    let mut si = Shared::<[f32]>::new_slice(CHUNK);
+    let mut partial = Shared::<[f32]>::new_slice(WG);
+    // Load: level 1 reads logits (the id is the index), later levels `(value, id)` pairs.
+    for e in 0..PER {
+        let slot = e * WG + tid;
+        let at = chunk * CHUNK + slot;
+        let mut v = f32::cast_from(tid) * 0.0 + PAD;
+        let mut id = f32::cast_from(tid) * 0.0 + PAD_ID;
+        if at < n {
+            if comptime![first] {
+                v = input[row * n + at];
+                id = f32::cast_from(at);
+            } else {
+                v = input[(row * n + at) * 2];
+                id = input[(row * n + at) * 2 + 1];
+            }
+        }
+        sv[slot] = v;
+        si[slot] = id;
+    }
+    sync_cube();
+    // Bitonic sort of CHUNK pairs into `before` order: stage `size`, step `stride`; each thread
+    // compare-exchanges CHUNK / 2 / WG pairs per step.
+    let mut size = 2usize;
+    while size <= CHUNK {
+        let mut stride = size / 2;
+        while stride > 0 {
+            for e in 0..comptime![PER / 2] {
+                let p = e * WG + tid;
+                let i = 2 * stride * (p / stride) + p % stride;
+                let j = i + stride;
+                let (va, ia, vb, ib) = (sv[i], si[i], sv[j], si[j]);
+                // Ascending blocks of `size` alternate with descending ones, then merge.
+                let forward = (i & size) == 0;
+                if before(vb, ib, va, ia) == forward {
+                    sv[i] = vb;
+                    si[i] = ib;
+                    sv[j] = va;
+                    si[j] = ia;
+                }
+            }
+            sync_cube();
+            stride /= 2;
+        }
+        size *= 2;
+    }
+    if tid < k {
+        let o = ((row * chunks + chunk) * k + tid) * 2;
+        out[o] = sv[tid];
+        out[o + 1] = si[tid];
+    }
+    if comptime![first] {
+        // The chunk's max (its first pair) and its softmax mass at temperature 1 / inv_t.
+        let m = sv[0];
+        let mut s = 0.0f32;
+        for e in 0..PER {
+            let slot = tid * PER + e;
+            if si[slot] < PAD_ID {
+                s += ((sv[slot] - m) * inv_t).exp();
+            }
+        }
+        partial[tid] = s;
+        sync_cube();
+        if tid == 0 {
+            let mut total = 0.0f32;
+            for i in 0..WG {
+                total += partial[i];
+            }
+            let o = (row * chunks + chunk) * 2;
+            stats[o] = m;
+            stats[o + 1] = total;
+        }
+    }
+}
+
+#[cube(launch_unchecked)]
+fn adjust_kernel(logits: &mut [f32], entries: &[f32], v: usize, m: usize) {
+    let i = ABSOLUTE_POS;
+    if i < m {
+        let row = u32::cast_from(entries[i * 4]) as usize;
+        let id = u32::cast_from(entries[i * 4 + 1]) as usize;
+        let at = row * v + id;
+        logits[at] = (logits[at] + entries[i * 4 + 2]) - entries[i * 4 + 3];
+    }
+}
+
+/// One logit's change before selection: `logits[row, id] = (logits[row, id] + add) − sub` (the host
+/// sampler's `logit_bias`, then its penalties, in that order and with the same rounding).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Adjust {
+    pub row: u32,
+    pub id: u32,
+    pub add: f32,
+    pub sub: f32,
+}
+
+/// Applies `entries` to `logits: [b, V]` in place (one launch; none for no entries). Each `(row, id)`
+/// at most once; entries outside the tensor are dropped.
+pub fn adjust(logits: &Tensor<2>, entries: &[Adjust]) {
+    let [b, v] = logits.dims();
+    let flat: Vec<f32> = entries
+        .iter()
+        .filter(|e| (e.row as usize) < b && (e.id as usize) < v)
+        .flat_map(|e| [e.row as f32, e.id as f32, e.add, e.sub])
+        .collect();
+    let m = flat.len() / 4;
+    if m == 0 {
+        return;
+    }
+    let table = Tensor::<1>::from_data(burn::tensor::TensorData::new(flat, [4 * m]), &logits.device());
+    let target = match logits.clone().try_into_primitive::<Cube>() {
+        Ok(t) => t,
+        Err(e) => panic!("adjust: logits not on a wgpu device: {e:?}"),
+    };
+    assert!(target.is_contiguous(), "adjust: logits must be contiguous");
+    let table = cube_of1(table);
+    let dim = CubeDim::new_1d(WG as u32);
+    let count = cubecl::calculate_cube_count_elemwise(&target.client, m, dim);
+    unsafe {
+        adjust_kernel::launch_unchecked(
+            &target.client,
+            count,
+            dim,
+            target.clone().into_buffer_arg(),
+            table.into_buffer_arg(),
+            v,
+            m,
+        );
+    }
+}
+
+fn cube_of1(t: Tensor<1>) -> CubeTensor {
+    match t.try_into_primitive::<Cube>() {
+        Ok(t) => into_contiguous(t),
+        Err(e) => panic!("adjust: table not on a wgpu device: {e:?}"),
+    }
+}
+
+/// Each row's `k` largest logits and the per-chunk softmax mass (see the module docs), on the device.
+#[derive(Debug, Clone)]
+pub struct TopK {
+    /// `[b, 2k]`: `(value, id)` pairs, best first.
+    pub top: Tensor<2>,
+    /// `[b, 2C]`: per chunk of [`CHUNK`] logits `(max, Σ exp((l − max) / t))`.
+    pub stats: Tensor<2>,
+}
+
+fn cube_of(t: Tensor<2>) -> CubeTensor {
+    match t.cast(DType::F32).try_into_primitive::<Cube>() {
+        Ok(t) => into_contiguous(t),
+        Err(e) => panic!("top_k: logits not on a wgpu device: {e:?}"),
+    }
+}
+
+fn empty(like: &CubeTensor, shape: [usize; 2]) -> CubeTensor {
+    empty_device_dtype(
+        like.client.clone(),
+        like.device.clone(),
+        Shape::new(shape),
+        DType::F32,
+    )
+}
+
+/// `logits: [b, V]` → the top `k` pairs of each row and its chunk stats at temperature `t` (`t = 0`:
+/// greedy, the sums are then meaningless). Launches ⌈log₁₆ V⌉ kernels (1 for `V ≤ CHUNK`).
+///
+/// # Panics
+///
+/// If `k` is 0 or above [`MAX_K`] or `V`, or `V` reaches 2²⁴ (ids would not be exact in f32).
+pub fn top_k(logits: Tensor<2>, k: usize, t: f32) -> TopK {
+    let [b, v] = logits.dims();
+    assert!(
+        (1..=MAX_K.min(v)).contains(&k) && v < PAD_ID as usize,
+        "top_k: k = {k} for {v} logits"
+    );
+    let inv_t = if t > 0.0 { 1.0 / t } else { 0.0 };
+    let mut input = cube_of(logits);
+    let mut n = v;
+    let mut first = true;
+    let chunks1 = v.div_ceil(CHUNK);
+    let stats = empty(&input, [b, 2 * chunks1]);
+    loop {
+        let chunks = n.div_ceil(CHUNK);
+        let out = empty(&input, [b, 2 * chunks * k]);
+        if b > 0 {
+            unsafe {
+                top_k_kernel::launch_unchecked(
+                    &input.client,
+                    CubeCount::Static(chunks as u32, b as u32, 1),
+                    CubeDim::new_1d(WG as u32),
+                    input.clone().into_buffer_arg(),
+                    out.clone().into_buffer_arg(),
+                    stats.clone().into_buffer_arg(),
+                    n,
+                    k,
+                    inv_t,
+                    first,
+                );
+            }
+        }
+        input = out;
+        if chunks == 1 {
+            break;
+        }
+        n = chunks * k;
+        first = false;
+    }
+    TopK {
+        top: Tensor::from_primitive::<Cube>(input),
+        stats: Tensor::from_primitive::<Cube>(stats),
+    }
+}
