@@ -92,6 +92,8 @@ export interface DeviceInfo {
   driver: string;
   shaderF16: boolean;
   limits: Record<string, number> | null;
+  /** The decode GEMV's layout on a GPU device: `rows` on software adapters, `split` on GPUs. */
+  gemv: 'rows' | 'split' | null;
 }
 
 /** What `Engine` and `WorkerEngine` share: the OpenAI-shaped endpoints over one loaded model. */

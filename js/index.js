@@ -291,7 +291,7 @@ export class Engine {
   /** The id requests name in `model`. */
   get model() { return this.#model.id; }
 
-  /** The device the model runs on: `{ kind, backend, adapter, deviceType, shaderF16, limits }`. */
+  /** The device the model runs on: `{ kind, backend, adapter, deviceType, shaderF16, limits, gemv }`. */
   get device() { return this.#model.device; }
 
   /**

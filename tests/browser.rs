@@ -35,6 +35,47 @@ async fn cpu_backend_in_wasm_matches_the_host() {
 
 mod golden;
 
+/// The sampling kernels on WebGPU (`kernels::gpu::select`; natively in `tests/kernels_gpu/select.rs`):
+/// top-k of odd row lengths (one to three levels, ties among the values) equal to the host's, bit for bit,
+/// after a bias applied on the device.
+#[wasm_bindgen_test]
+async fn selection_kernels_match_the_host_on_webgpu() {
+    use burn::tensor::{Tensor, TensorData};
+    use kiln::kernels::gpu::select::{self, Adjust};
+    let gpu = device::gpu().await.expect("a WebGPU adapter");
+    for (b, v, k) in [(1, 1000, 64), (2, 4097, 17), (1, 49_159, 64)] {
+        let mut host: Vec<f32> = (0..b * v)
+            .map(|i| ((i * 7919 % 257) as f32 / 16.0).round())
+            .collect();
+        let x = Tensor::<2>::from_data(TensorData::new(host.clone(), [b, v]), &gpu.device);
+        let bias = Adjust {
+            row: 0,
+            id: (v - 1) as u32,
+            add: 100.0,
+            sub: 0.5,
+        };
+        select::adjust(&x, &[bias]);
+        host[v - 1] = (host[v - 1] + 100.0) - 0.5;
+        let top = select::top_k(x, k, 1.0)
+            .top
+            .into_data_async()
+            .await
+            .expect("read");
+        let top = top.try_into_vec::<f32>().expect("f32");
+        for r in 0..b {
+            let got: Vec<(u32, f32)> = top[r * 2 * k..(r + 1) * 2 * k]
+                .chunks_exact(2)
+                .map(|p| (p[1] as u32, p[0]))
+                .collect();
+            assert_eq!(
+                got,
+                kiln::sampling::top_k(&host[r * v..(r + 1) * v], k),
+                "b {b}, v {v}, row {r}"
+            );
+        }
+    }
+}
+
 #[wasm_bindgen_test]
 async fn golden_models_on_webgpu() {
     let gpu = device::gpu().await.expect("a WebGPU adapter");

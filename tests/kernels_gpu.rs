@@ -1,7 +1,8 @@
 //! kiln's quantized GPU kernels (`kernels::gpu`) on native wgpu (Vulkan; lavapipe on CI) against the host.
 //!
 //! For each format: random blocks with finite scales, uploaded as they are, then `matmul` for odd shapes
-//! (m ∈ {1, 3, 8, 9, 33}: the GEMV path up to 8, the tiled path above; n ∈ {1, 7, 65}; k = 1–3 blocks)
+//! (m ∈ {1, 3, 8, 9, 33}: the GEMV path up to 8, in both layouts at 1 and 3 (whole rows per thread, a row's blocks
+//! shared by a workgroup), the tiled path above; n ∈ {1, 7, 65}; k = 1–3 blocks)
 //! against the host reference (dequantise, then an f64 matmul), and `embedding` rows against the
 //! dequantised rows, bit for bit.
 //!
@@ -21,7 +22,7 @@
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use half::{bf16, f16};
-use kiln::kernels::gpu::{self, GpuWeight};
+use kiln::kernels::gpu::{self, GemvLayout, GpuWeight};
 use kiln::loader::GgmlType;
 
 #[path = "kernels_gpu/split.rs"]
@@ -236,6 +237,19 @@ fn upload(id: u32, bytes: &[u8], n: usize, k: usize, device: &Device) -> GpuWeig
     }
 }
 
+/// The `m` of each matmul case, and the GEMV layout of those up to 8 (the split layout at `m` = 1 and 3
+/// only: its `m = 8` variant is the same code unrolled further, and compiling one per format on lavapipe
+/// costs CI a minute; larger `m` is tiled).
+const CASES: [(usize, GemvLayout); 7] = [
+    (1, GemvLayout::Rows),
+    (1, GemvLayout::Split),
+    (3, GemvLayout::Rows),
+    (3, GemvLayout::Split),
+    (8, GemvLayout::Rows),
+    (9, GemvLayout::Rows),
+    (33, GemvLayout::Rows),
+];
+
 /// Every shape of the matrix for format `id`; returns the largest error / tolerance ratio seen.
 fn check_matmul(id: u32) -> f64 {
     let device = device();
@@ -255,10 +269,10 @@ fn check_matmul(id: u32) -> f64 {
             assert!(w_host.iter().all(|v| v.is_finite()));
             let w = upload(id, &bytes, n, k, &device);
             assert!(w.device_bytes() < bytes.len() + 4, "no widening on the device");
-            for m in [1, 3, 8, 9, 33] {
+            for (m, layout) in CASES {
                 let x: Vec<f32> = (0..m * k).map(|_| rng.unit()).collect();
                 let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [m, k]), &device);
-                let y = read(gpu::matmul(xt, &w));
+                let y = read(gpu::matmul_with(xt, &w, layout));
                 assert_eq!(y.len(), m * n);
                 for i in 0..m {
                     for j in 0..n {
@@ -272,7 +286,7 @@ fn check_matmul(id: u32) -> f64 {
                         let tol = 1e-4 * mag + 1e-30;
                         assert!(
                             err <= tol,
-                            "type {id} m={m} n={n} k={k} y[{i},{j}] = {} vs {dot} (tolerance {tol})",
+                            "type {id} m={m} n={n} k={k} {layout:?} y[{i},{j}] = {} vs {dot} (tolerance {tol})",
                             y[i * n + j]
                         );
                         worst = worst.max(err / tol);
@@ -408,10 +422,14 @@ fn model_sized_rows_match_the_host() {
         };
         let w_host = ty.dequantize(&bytes);
         let w = gpu::upload(ty, &bytes, n, k, &device).expect("upload");
-        for m in [1, 9] {
+        for (m, layout) in [
+            (1, GemvLayout::Rows),
+            (1, GemvLayout::Split),
+            (9, GemvLayout::Rows),
+        ] {
             let x: Vec<f32> = (0..m * k).map(|_| rng.unit()).collect();
             let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [m, k]), &device);
-            let y = read(gpu::matmul(xt, &w));
+            let y = read(gpu::matmul_with(xt, &w, layout));
             for i in 0..m {
                 for j in 0..n {
                     let (xr, wr) = (&x[i * k..(i + 1) * k], &w_host[j * k..(j + 1) * k]);
@@ -428,7 +446,7 @@ fn model_sized_rows_match_the_host() {
                     let got = f64::from(y[i * n + j]);
                     assert!(
                         (got - dot).abs() <= 1e-4 * mag,
-                        "{ty:?} m={m} y[{i},{j}] = {got} vs {dot}"
+                        "{ty:?} m={m} {layout:?} y[{i},{j}] = {got} vs {dot}"
                     );
                 }
             }
@@ -436,7 +454,8 @@ fn model_sized_rows_match_the_host() {
     }
 }
 
-/// More rows than one grid dimension holds (65 535 workgroups): the GEMV grid goes 2-D.
+/// More rows than one grid dimension holds (65 535 workgroups): the GEMV grid goes 2-D (the row layout;
+/// the split one takes 256 one-block rows per workgroup, its last one ragged).
 #[test]
 fn gemv_covers_a_vocabulary_sized_matrix() {
     let device = device();
@@ -446,24 +465,30 @@ fn gemv_covers_a_vocabulary_sized_matrix() {
     let w_host = host_dequantize(8, &bytes);
     let w = upload(8, &bytes, n, k, &device);
     let x: Vec<f32> = (0..k).map(|_| rng.unit()).collect();
-    let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [1, k]), &device);
-    let y = read(gpu::matmul(xt, &w));
-    assert_eq!(y.len(), n);
+    for layout in [GemvLayout::Rows, GemvLayout::Split] {
+        let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [1, k]), &device);
+        let y = read(gpu::matmul_with(xt, &w, layout));
+        assert_eq!(y.len(), n);
+        check_rows(&y, &w_host, &x, k, layout);
+    }
+}
+
+fn check_rows(y: &[f32], w_host: &[f32], x: &[f32], k: usize, layout: GemvLayout) {
     for (j, &got) in y.iter().enumerate() {
         let row = &w_host[j * k..(j + 1) * k];
         let dot: f64 = row
             .iter()
-            .zip(&x)
+            .zip(x)
             .map(|(&a, &b)| f64::from(a) * f64::from(b))
             .sum();
         let mag: f64 = row
             .iter()
-            .zip(&x)
+            .zip(x)
             .map(|(&a, &b)| (f64::from(a) * f64::from(b)).abs())
             .sum();
         assert!(
             (f64::from(got) - dot).abs() <= 1e-4 * mag + 1e-30,
-            "row {j}: {got} vs {dot}"
+            "{layout:?} row {j}: {got} vs {dot}"
         );
     }
 }

@@ -59,6 +59,7 @@ function showDevice(device) {
     ['device type', device.deviceType],
     ['driver', device.driver],
     ['shader-f16', device.shaderF16 ? 'yes' : 'no'],
+    ['decode GEMV', device.gemv ?? ''],
     ...Object.entries(device.limits ?? {}).map(([k, v]) => [k, formatLimit(v)]),
   ];
   $('device-table').replaceChildren(...rows.map(([k, v]) => el('tr', {}, el('th', { textContent: k }), el('td', { textContent: v || '—' }))));

@@ -5,12 +5,17 @@
 //! - [`gpu`]: burn's wgpu runtime. In the browser that is WebGPU (`navigator.gpu`); natively it is whatever
 //!   wgpu picks (Vulkan, on CI through Mesa's lavapipe).
 //!
+//! The adapter's type also picks the decode GEMV's layout (`kernels::gpu::GemvLayout`), reported in
+//! [`DeviceInfo::gemv`].
+//!
 //! burn registers a wgpu runtime once per process (a second `init` is an error), so [`gpu`] initialises it on
 //! first use and hands out clones of the same [`Device`] afterwards.
 
 use burn::tensor::Device;
 use burn::tensor::wgpu::{WgpuSetup, wgpu};
 use serde::Serialize;
+
+use crate::kernels::gpu::{GemvLayout, set_gemv_layout};
 
 /// Which kind of device a [`Gpu`] or [`cpu`] call produced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -40,6 +45,9 @@ pub struct DeviceInfo {
     pub shader_f16: bool,
     /// The adapter limits that bound model size and kernel shapes; `None` on the CPU backend.
     pub limits: Option<GpuLimits>,
+    /// The decode GEMV's layout, chosen from the adapter's type (`rows` on software adapters, `split` on
+    /// GPUs; natively `KILN_GEMV=rows|split` overrides); `None` on the CPU backend.
+    pub gemv: Option<GemvLayout>,
 }
 
 /// A few of the adapter's limits, in bytes or invocations.
@@ -78,6 +86,7 @@ pub fn cpu() -> (Device, DeviceInfo) {
         driver: String::new(),
         shader_f16: false,
         limits: None,
+        gemv: None,
     };
     (Device::flex(), info)
 }
@@ -125,9 +134,21 @@ pub async fn gpu() -> Result<Gpu, DeviceError> {
     }
 }
 
+/// What the device is, and the kernel choices made for it ([`set_gemv_layout`]).
 fn describe(setup: &WgpuSetup) -> DeviceInfo {
     let adapter = setup.adapter.get_info();
     let limits = setup.adapter.limits();
+    let gemv = match adapter.device_type {
+        wgpu::DeviceType::Cpu => GemvLayout::Rows,
+        _ => GemvLayout::Split,
+    };
+    #[cfg(not(target_family = "wasm"))]
+    let gemv = match std::env::var("KILN_GEMV").as_deref() {
+        Ok("rows") => GemvLayout::Rows,
+        Ok("split") => GemvLayout::Split,
+        _ => gemv,
+    };
+    set_gemv_layout(gemv);
     DeviceInfo {
         kind: DeviceKind::Gpu,
         backend: format!("{:?}", setup.backend),
@@ -146,5 +167,6 @@ fn describe(setup: &WgpuSetup) -> DeviceInfo {
             max_compute_invocations_per_workgroup: limits.max_compute_invocations_per_workgroup,
             max_compute_workgroup_size_x: limits.max_compute_workgroup_size_x,
         }),
+        gemv: Some(gemv),
     }
 }

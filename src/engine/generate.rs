@@ -68,12 +68,15 @@ fn floats(data: TensorData) -> Result<Vec<f32>, EngineError> {
 async fn read_top(logits: &Tensor<2>, adjust: &[Adjust], t: f32) -> Result<Vec<Candidates>, EngineError> {
     let [r, v] = logits.dims();
     select::adjust(logits, adjust);
-    let k = TOP_K.min(v);
-    let found = select::top_k(logits.clone(), k, t);
-    let mut read = Transaction::default().register(found.top);
-    if t > 0.0 {
-        read = read.register(found.stats);
-    }
+    // Greedy needs only the best pair, without the sort or the sums.
+    let (k, read) = match t > 0.0 {
+        false => (1, Transaction::default().register(select::argmax(logits.clone()))),
+        true => {
+            let found = select::top_k(logits.clone(), TOP_K.min(v), t);
+            let read = Transaction::default().register(found.top).register(found.stats);
+            (TOP_K.min(v), read)
+        }
+    };
     let mut data = read.execute_async().await.map_err(device_error)?.into_iter();
     let top = floats(data.next().ok_or_else(|| device_error("no candidates read"))?)?;
     let stats = match data.next() {

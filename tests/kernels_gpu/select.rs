@@ -1,7 +1,7 @@
 //! The sampling kernels (`kernels::gpu::select`) against the host, on native wgpu: `top_k` on rows that
 //! are not multiples of the 1024-logit chunk or of the 256-thread workgroup (1 to 262 147 logits: one
 //! level to four), with ties (the lower id first, as `sampling::top_k`), batches of several rows, and
-//! `k` from 1 to 64, bit for bit; the chunk sums `Σ exp((l − m) / t)` within `1e-5` relative of an f64
+//! `k` from 1 to 64, bit for bit, and `argmax` as the first of them; the chunk sums `Σ exp((l − m) / t)` within `1e-5` relative of an f64
 //! sum over the same chunk (an f32 sum of ≤ 1024 terms in `(0, 1]`), the chunk maxima exactly; `adjust`
 //! as the host sampler's `(l + add) − sub`, bit for bit, entries outside the tensor dropped.
 
@@ -33,7 +33,8 @@ fn top_k_matches_the_host_on_odd_shapes() {
         let host = logits(&mut rng, b, v);
         let t = 0.8f32;
         let x = Tensor::<2>::from_data(TensorData::new(host.clone(), [b, v]), &dev);
-        let found = select::top_k(x, k, t);
+        let found = select::top_k(x.clone(), k, t);
+        let best = read(select::argmax(x));
         let (top, stats) = (read(found.top), read(found.stats));
         let chunks = v.div_ceil(CHUNK);
         assert_eq!(
@@ -48,6 +49,12 @@ fn top_k_matches_the_host_on_odd_shapes() {
                 .map(|p| (p[1] as u32, p[0]))
                 .collect();
             assert_eq!(got, top_k(row, k), "b {b}, v {v}, k {k}: row {r}");
+            let first = top_k(row, 1)[0];
+            assert_eq!(
+                (best[2 * r + 1] as u32, best[2 * r]),
+                first,
+                "v {v}: argmax of row {r}"
+            );
             for (c, chunk) in row.chunks(CHUNK).enumerate() {
                 let m = chunk.iter().copied().fold(f32::MIN, f32::max);
                 let want: f64 = chunk

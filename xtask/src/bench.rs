@@ -326,7 +326,10 @@ fn column(key: &str, mut raw: Value, packages: &Value) -> Value {
                                   "completion_tokens": tokens,
                                   "dispatches_per_step": per_step("dispatches"),
                                   "read_bytes_per_step": per_step("read_bytes") });
-            if let Some(last) = runs.last().filter(|r| r["decode_counts"]["by_kernel"].is_object()) {
+            if let Some(last) = runs
+                .last()
+                .filter(|r| r["decode_counts"]["by_kernel"].is_object())
+            {
                 let steps = f(last, "decode_steps");
                 let kernels: serde_json::Map<String, Value> = last["decode_counts"]["by_kernel"]
                     .as_object()

@@ -7,12 +7,14 @@
 //! - `demo`: builds the npm package into `pkg/` and serves `www/` + `pkg/` on http://127.0.0.1:8080.
 //! - `bench`: kiln in headless Chromium (WebGPU and CPU) and natively (wgpu and CPU) beside wllama on the
 //!   default model; prints a table and writes `target/bench/bench.json` (see [`bench`]).
+//! - `gpu-bench`: builds the GPU benchmark that travels into `target/gpu-bench/` (see [`gpu_bench`]).
 //! - `fetch`: only the data download (the default model, llama.cpp's tokenizer vectors and Gemma 3 270M,
 //!   see [`data`]).
 //! - `setup`: only the installation step.
 
 mod bench;
 mod data;
+mod gpu_bench;
 mod pkg;
 mod serve;
 mod setup;
@@ -21,10 +23,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
-const USAGE: &str = "usage: cargo xtask <test|demo|bench|fetch|setup>
+const USAGE: &str = "usage: cargo xtask <test|demo|bench|gpu-bench|fetch|setup>
   test    install what is missing, then fmt, clippy, native tests, browser tests, e2e tests (demo, Engine,
           package, Gemma 3 vs llama.cpp; KILN_GEMMA3_WEBGPU=all compares every prompt on WebGPU too)
   demo    build the wasm package into pkg/ and serve the demo on http://127.0.0.1:8080 (--port N)
+  gpu-bench  build target/gpu-bench/ (release binary + run.sh, under 60 MiB) for any machine with a
+          Vulkan GPU; --run [GB/s] also runs it here
   fetch   only download the test/demo data into the cache ($KILN_CACHE, default .cache/kiln)
   setup   only install what is missing";
 
@@ -34,6 +38,7 @@ fn main() -> ExitCode {
         Some("test") => test(),
         Some("demo") => demo(&args[1..]),
         Some("bench") => bench::bench(&args[1..]),
+        Some("gpu-bench") => gpu_bench::gpu_bench(&args[1..]),
         Some("setup") => setup::ensure(&root()).map(|_| ()),
         Some("fetch") => data::fetch(&root()).map(|cache| eprintln!("xtask: data in {}", cache.display())),
         _ => {

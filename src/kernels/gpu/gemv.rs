@@ -88,7 +88,7 @@ fn load_words(
 /// Adds block `blk` of each of the `RPT` rows starting at bytes `bases[r]` (elements `e0 = blk ·
 /// block_elems ..`), dotted with each of the `m` rows of `x`, to `acc[i · RPT + r]`.
 #[cube]
-fn dot_block(
+pub(crate) fn dot_block(
     x: &[f32],
     w: &[u32],
     bases: &Array<usize>,

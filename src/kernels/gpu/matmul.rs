@@ -8,7 +8,9 @@
 //! part's first row, `ldo` the whole matrix's `n`). Every output is still one row's dot product in the same
 //! order, so the split changes no bit of `y`.
 //!
-//! **GEMV** (`m ≤ 8`, decode): in `gemv.rs`, per block, several rows per workgroup.
+//! **GEMV** (`m ≤ 8`, decode): per block, in one of two layouts ([`GemvLayout`], chosen for the device
+//! at its creation): whole rows per thread (`gemv.rs`, for software Vulkan) or a row's blocks shared by a
+//! workgroup's lanes (`gemv_split.rs`, for GPUs).
 //!
 //! **Tiled.** A workgroup of 16 × 16 threads computes a `TILE × TILE` (32 × 32) tile of `y`, each thread
 //! a 2 × 2 sub-tile (rows `ty, ty + 16`, columns `tx, tx + 16`). Per K step of `TILE` elements (one
@@ -27,6 +29,8 @@ use cubecl::prelude::*;
 use super::GpuWeight;
 use super::dequant::dequant_elem;
 use super::gemv::{GEMV_MAX_M, GEMV_WG, ROWS_PER_GROUP, gemv_kernel};
+use super::gemv_split::{SPLIT_WG, blocks_of, gemv_split_kernel, lanes, rows_per_group};
+use super::{GemvLayout, gemv_layout};
 
 /// Tile edge (outputs per side, and the K step).
 pub(crate) const TILE: usize = 32;
@@ -125,12 +129,18 @@ fn linear_grid(groups: usize) -> CubeCount {
     CubeCount::Static(x as u32, y as u32, 1)
 }
 
-/// `y = x · Wᵀ`: `x: [m, k]` f32 on the weight's device → `[m, n]` f32.
+/// `y = x · Wᵀ`: `x: [m, k]` f32 on the weight's device → `[m, n]` f32, decode steps in the GEMV layout
+/// of [`gemv_layout`].
 ///
 /// # Panics
 ///
 /// If `x` is not `[m, k]` with the weight's `k`, or not on the weight's (wgpu) device.
 pub fn matmul(x: Tensor<2>, w: &GpuWeight) -> Tensor<2> {
+    matmul_with(x, w, gemv_layout())
+}
+
+/// [`matmul`] with `m ≤ 8` in the GEMV layout `layout`.
+pub fn matmul_with(x: Tensor<2>, w: &GpuWeight, layout: GemvLayout) -> Tensor<2> {
     let [m, k] = x.dims();
     assert_eq!(k, w.k, "matmul: x is [{m}, {k}], the weight [{}, {}]", w.n, w.k);
     let x = x.cast(DType::F32);
@@ -155,7 +165,27 @@ pub fn matmul(x: Tensor<2>, w: &GpuWeight) -> Tensor<2> {
         let weights = unsafe { BufferArg::from_raw_parts(part.handle.clone(), part.words) };
         let xs = x.clone().into_buffer_arg();
         let ys = out.clone().into_buffer_arg();
-        if m <= GEMV_MAX_M {
+        if m <= GEMV_MAX_M && layout == GemvLayout::Split {
+            let blocks = blocks_of(w.fmt, w.k);
+            unsafe {
+                gemv_split_kernel::launch_unchecked(
+                    &w.client,
+                    linear_grid(part.rows.div_ceil(rows_per_group(blocks))),
+                    CubeDim::new_1d(SPLIT_WG as u32),
+                    xs,
+                    weights,
+                    ys,
+                    part.rows,
+                    w.n,
+                    part.row0,
+                    w.k,
+                    w.row_bytes,
+                    m,
+                    w.fmt,
+                    lanes(blocks),
+                );
+            }
+        } else if m <= GEMV_MAX_M {
             unsafe {
                 gemv_kernel::launch_unchecked(
                     &w.client,

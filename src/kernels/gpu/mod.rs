@@ -26,11 +26,42 @@ pub mod decode;
 mod dequant;
 mod embed;
 mod gemv;
+mod gemv_split;
 mod matmul;
 pub mod select;
 
 pub use embed::embedding;
-pub use matmul::matmul;
+pub use matmul::{matmul, matmul_with};
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// How the decode GEMV spreads a matrix over threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum GemvLayout {
+    /// Whole rows per thread (`gemv.rs`): software Vulkan (lavapipe, SwiftShader), where a workgroup's
+    /// threads are the SIMD lanes of one CPU thread.
+    Rows,
+    /// A row's blocks shared by a workgroup's lanes, summed in shared memory (`gemv_split.rs`): GPUs.
+    Split,
+}
+
+static SPLIT: AtomicBool = AtomicBool::new(false);
+
+/// The layout [`matmul`] takes for decode steps from now on (chosen by `engine::device::gpu` from the
+/// adapter's type: `Rows` on a CPU adapter, `Split` on a GPU). One per process: kiln runs one wgpu device.
+pub fn set_gemv_layout(layout: GemvLayout) {
+    SPLIT.store(layout == GemvLayout::Split, Ordering::Relaxed);
+}
+
+/// The layout [`matmul`] takes ([`set_gemv_layout`]; `Rows` until a device was chosen).
+pub fn gemv_layout() -> GemvLayout {
+    if SPLIT.load(Ordering::Relaxed) {
+        GemvLayout::Split
+    } else {
+        GemvLayout::Rows
+    }
+}
 
 use burn::backend::Cube;
 use burn::tensor::{Device, Tensor};

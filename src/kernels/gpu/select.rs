@@ -14,6 +14,9 @@
 //! since it is among the top `k` of its chunk.
 //!
 //! Shared memory: `2 · CHUNK` f32 plus [`WG`] partial sums, 9 KiB (WebGPU guarantees 16 KiB).
+//!
+//! Greedy needs only the first pair: [`argmax`] finds it in one launch (a scan and a tree per row), with
+//! no sort and no stats; on lavapipe the three sorting levels cost more than reading a 49 152-logit row.
 
 use burn::backend::Cube;
 use burn::tensor::{DType, Shape, Tensor};
@@ -132,6 +135,46 @@ fn top_k_kernel(
     }
 }
 
+/// Greedy's one candidate: each row's largest logit and its id (the lower id on ties), one workgroup per
+/// row: each thread scans a strided share (keeping the first of equal values), then a tree over the
+/// threads in shared memory. Writes `(value, id)` at `out[2 · row]`.
+#[cube(launch_unchecked)]
+// `tid * 0 + c`: a runtime copy of the constant `c`, which the loop then halves.
+#[allow(clippy::erasing_op)]
+fn argmax_kernel(logits: &[f32], out: &mut [f32], v: usize) {
+    let row = CUBE_POS;
+    let tid = UNIT_POS as usize;
+    let mut best = f32::cast_from(tid) * 0.0 + PAD;
+    let mut at = f32::cast_from(tid) * 0.0 + PAD_ID;
+    let mut e = tid;
+    while e < v {
+        let l = logits[row * v + e];
+        if l > best {
+            best = l;
+            at = f32::cast_from(e);
+        }
+        e += WG;
+    }
+    let mut sv = Shared::<[f32]>::new_slice(WG);
+    let mut si = Shared::<[f32]>::new_slice(WG);
+    sv[tid] = best;
+    si[tid] = at;
+    sync_cube();
+    let mut half = tid * 0 + WG / 2;
+    while half > 0 {
+        if tid < half && before(sv[tid + half], si[tid + half], sv[tid], si[tid]) {
+            sv[tid] = sv[tid + half];
+            si[tid] = si[tid + half];
+        }
+        sync_cube();
+        half /= 2;
+    }
+    if tid == 0 {
+        out[row * 2] = sv[0];
+        out[row * 2 + 1] = si[0];
+    }
+}
+
 #[cube(launch_unchecked)]
 fn adjust_kernel(logits: &mut [f32], entries: &[f32], v: usize, m: usize) {
     let i = ABSOLUTE_POS;
@@ -218,6 +261,28 @@ fn empty(like: &CubeTensor, shape: [usize; 2]) -> CubeTensor {
         Shape::new(shape),
         DType::F32,
     )
+}
+
+/// `logits: [b, V]` → each row's largest logit and its id, `[b, 2]` (as [`TopK::top`] with `k = 1`), in
+/// one launch: greedy's candidate, without the sort.
+pub fn argmax(logits: Tensor<2>) -> Tensor<2> {
+    let [b, v] = logits.dims();
+    assert!(v > 0 && v < PAD_ID as usize, "argmax: {v} logits");
+    let input = cube_of(logits);
+    let out = empty(&input, [b, 2]);
+    if b > 0 {
+        unsafe {
+            argmax_kernel::launch_unchecked(
+                &input.client,
+                CubeCount::Static(b as u32, 1, 1),
+                CubeDim::new_1d(WG as u32),
+                input.clone().into_buffer_arg(),
+                out.clone().into_buffer_arg(),
+                v,
+            );
+        }
+    }
+    Tensor::from_primitive::<Cube>(out)
 }
 
 /// `logits: [b, V]` → the top `k` pairs of each row and its chunk stats at temperature `t` (`t = 0`:

@@ -1,0 +1,117 @@
+//! The decode GEMV for hardware GPUs: `y = x · Wᵀ` for `m ≤ GEMV_MAX_M` rows of `x`, each weight row's
+//! blocks shared among threads. Same shapes, formats and output placement as `gemv.rs`.
+//!
+//! **Why a second layout.** `gemv.rs` gives a thread whole rows (4 of them, 128 rows per workgroup of 32):
+//! right for software Vulkan, which runs a workgroup's threads as the SIMD lanes of one CPU thread, but on
+//! a GPU a 576 × 576 matrix is then 5 workgroups, a few percent of the machine, each thread walking a
+//! whole row alone. Here a workgroup of [`SPLIT_WG`] threads is `G` groups of `t` lanes (`t` the largest
+//! power of two up to the row's block count, at most 64; `G = 64 / t`); group `g` owns rows
+//! `CUBE_POS · G · RPT + g · RPT + r` (`r < RPT`), lane `l` dots blocks `l, l + t, …` of those rows
+//! (through `gemv.rs`'s per-block code, the `x` block read once for the `RPT` rows), and the `t` partial
+//! sums of each output meet in shared memory by a tree (`log₂ t` barriers). Consecutive lanes read
+//! consecutive blocks, and the matrix spreads over `n / (G · RPT)` workgroups.
+//!
+//! Each output is a sum in a fixed order (per lane over its blocks, then the tree): the same inputs give
+//! the same bits on every launch, though not the bits of `gemv.rs` (another order).
+//!
+//! Shared memory: `m · RPT · SPLIT_WG` floats, 8 KiB at `m = 8`.
+
+use cubecl::prelude::*;
+
+use super::dequant::block_layout;
+use super::gemv::{RPT, dot_block};
+
+/// Threads per workgroup.
+pub(crate) const SPLIT_WG: usize = 64;
+
+/// Lanes per row group for rows of `blocks` blocks: the largest power of two `≤ blocks`, in `1..=64`.
+pub(crate) fn lanes(blocks: usize) -> usize {
+    let mut t = 1;
+    while t * 2 <= blocks.min(SPLIT_WG) {
+        t *= 2;
+    }
+    t
+}
+
+/// Weight rows per workgroup for rows of `blocks` blocks.
+pub(crate) fn rows_per_group(blocks: usize) -> usize {
+    SPLIT_WG / lanes(blocks) * RPT
+}
+
+/// The blocks of a row of `k` elements of `fmt`.
+pub(crate) fn blocks_of(fmt: u32, k: usize) -> usize {
+    k / block_layout(fmt).map_or(1, |(elems, _)| elems)
+}
+
+#[cube(launch_unchecked)]
+// `tid * 0 + c`: a runtime copy of the constant `c`, which the loop then halves.
+#[allow(clippy::erasing_op)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemv_split_kernel(
+    x: &[f32],
+    w: &[u32],
+    out: &mut [f32],
+    n: usize,
+    ldo: usize,
+    col0: usize,
+    k: usize,
+    row_bytes: usize,
+    #[comptime] m: usize,
+    #[comptime] fmt: u32,
+    #[comptime] t: usize,
+) {
+    let tid = UNIT_POS as usize;
+    let lane = tid % t;
+    let group = tid / t;
+    let groups = comptime![SPLIT_WG / t];
+    let first = (CUBE_POS * groups + group) * RPT;
+    // Rows past `n` compute row `n − 1` again (and write nothing): every lane runs the same control flow.
+    let mut bases = Array::<usize>::new(RPT);
+    #[unroll]
+    for r in 0..RPT {
+        let mut row = first + r;
+        if row >= n {
+            row = n - 1;
+        }
+        bases[r] = row * row_bytes;
+    }
+    let mr = comptime![m * RPT];
+    let mut acc = Array::<f32>::new(mr);
+    #[unroll]
+    for j in 0..mr {
+        acc[j] = 0.0;
+    }
+    let blocks = k / comptime![block_layout(fmt).map_or(1, |(elems, _)| elems)];
+    let mut blk = lane;
+    while blk < blocks {
+        dot_block(x, w, &bases, blk, k, &mut acc, m, fmt);
+        blk += t;
+    }
+    // Output j of every thread at `j · SPLIT_WG + tid`; each group's lanes are contiguous.
+    let mut partial = Shared::<[f32]>::new_slice(comptime![m * RPT * SPLIT_WG]);
+    #[unroll]
+    for j in 0..mr {
+        partial[j * SPLIT_WG + tid] = acc[j];
+    }
+    sync_cube();
+    let mut half = tid * 0 + comptime![t / 2];
+    while half > 0 {
+        if lane < half {
+            #[unroll]
+            for j in 0..mr {
+                partial[j * SPLIT_WG + tid] += partial[j * SPLIT_WG + tid + half];
+            }
+        }
+        sync_cube();
+        half /= 2;
+    }
+    let mut j = lane;
+    while j < mr {
+        let i = j / RPT;
+        let row = first + j % RPT;
+        if row < n {
+            out[i * ldo + col0 + row] = partial[j * SPLIT_WG + group * t];
+        }
+        j += t;
+    }
+}
