@@ -3,8 +3,6 @@
 //! `tests/fixtures/extract_openai_schemas.py`), so that a drift in field names, nullability or enums fails.
 #![cfg(not(target_arch = "wasm32"))]
 
-use std::collections::BTreeMap;
-
 mod schema;
 
 use kiln::api::request::{FunctionType, ServiceTier};
@@ -216,8 +214,8 @@ fn completions_match_openai_schema() {
         tokens: vec![" Paris".into(), ".".into()],
         token_logprobs: vec![Some(-0.2), Some(-1.5)],
         top_logprobs: vec![
-            Some(BTreeMap::from([(" Paris".into(), -0.2), (" Lyon".into(), -3.0)])),
-            Some(BTreeMap::from([(".".into(), -1.5)])),
+            Some(TopLogprobs(vec![(" Paris".into(), -0.2), (" Lyon".into(), -3.0)])),
+            Some(TopLogprobs(vec![(".".into(), -1.5)])),
         ],
         text_offset: vec![0, 6],
     };

@@ -296,6 +296,22 @@ fn completions_echo_logprobs_and_multiple_prompts() {
             .iter()
             .all(|t| (1..=3).contains(&t.as_ref().unwrap().len()))
     );
+    // Most likely first, in the JSON object's key order too (as OpenAI orders them).
+    let json = serde_json::to_value(lp).unwrap();
+    for t in json["top_logprobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| !t.is_null())
+    {
+        let values: Vec<f64> = t
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        assert!(values.windows(2).all(|w| w[0] >= w[1]), "{t}");
+    }
     assert_eq!(lp.text_offset[0], 0);
     assert!(lp.text_offset.windows(2).all(|w| w[0] <= w[1]));
     assert_eq!(lp.text_offset[prompt_tokens] as usize, prompt.chars().count());

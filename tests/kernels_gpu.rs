@@ -238,8 +238,8 @@ fn upload(id: u32, bytes: &[u8], n: usize, k: usize, device: &Device) -> GpuWeig
 }
 
 /// The `m` of each matmul case, and the GEMV layout of those up to 8 (the split layout at `m` = 1 and 3
-/// only: its `m = 8` variant is the same code unrolled further, and compiling one per format on lavapipe
-/// costs CI a minute; larger `m` is tiled).
+/// only, and at one `k`: its `m = 8` variant is the same code unrolled further, and every variant is a
+/// shader compile per format on lavapipe; larger `m` is tiled).
 const CASES: [(usize, GemvLayout); 7] = [
     (1, GemvLayout::Rows),
     (1, GemvLayout::Split),
@@ -270,6 +270,11 @@ fn check_matmul(id: u32) -> f64 {
             let w = upload(id, &bytes, n, k, &device);
             assert!(w.device_bytes() < bytes.len() + 4, "no widening on the device");
             for (m, layout) in CASES {
+                // The split layout at the largest k only (two lanes per row group there; one lane, at one
+                // block per row, is the vocabulary-sized test's): each variant is a lavapipe compile.
+                if layout == GemvLayout::Split && Some(&k) != ks.last() {
+                    continue;
+                }
                 let x: Vec<f32> = (0..m * k).map(|_| rng.unit()).collect();
                 let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [m, k]), &device);
                 let y = read(gpu::matmul_with(xt, &w, layout));

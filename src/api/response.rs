@@ -4,8 +4,6 @@
 //! Fields follow the seed; where OpenAI's schema requires more (`refusal` on messages, `logprobs` on every
 //! choice), those are emitted too, as `null`, so that clients written against either parse the same bytes.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 
 use super::request::{FunctionType, ServiceTier};
@@ -283,10 +281,75 @@ pub struct CompletionLogprobs {
     pub tokens: Vec<String>,
     /// `None` for the first prompt token under `echo` (it has no context to be predicted from).
     pub token_logprobs: Vec<Option<f32>>,
-    /// Token → logprob of the top alternatives at each position (`None` where `token_logprobs` is).
-    pub top_logprobs: Vec<Option<BTreeMap<String, f32>>>,
+    /// Token → logprob of the top alternatives at each position, most likely first (`None` where
+    /// `token_logprobs` is).
+    pub top_logprobs: Vec<Option<TopLogprobs>>,
     /// Character offset of each token in the choice's text.
     pub text_offset: Vec<u32>,
+}
+
+/// A completions position's alternatives: a JSON object from token text to logprob whose keys run from
+/// the most to the least likely, as OpenAI's do (serialized in this order; parsed keeping the order).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TopLogprobs(pub Vec<(String, f32)>);
+
+impl TopLogprobs {
+    /// `entries` sorted from the most to the least likely (a stable sort: ties keep their order), the
+    /// first of equal texts kept (two ids can decode to the same text; an object holds one).
+    pub fn ranked(entries: impl IntoIterator<Item = (String, f32)>) -> Self {
+        let mut out: Vec<(String, f32)> = Vec::new();
+        for (text, lp) in entries {
+            if !out.iter().any(|(t, _)| *t == text) {
+                out.push((text, lp));
+            }
+        }
+        out.sort_by(|a, b| b.1.total_cmp(&a.1));
+        Self(out)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The logprob of `text`, if listed.
+    pub fn get(&self, text: &str) -> Option<f32> {
+        self.0.iter().find(|(t, _)| t == text).map(|&(_, lp)| lp)
+    }
+}
+
+impl Serialize for TopLogprobs {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (text, lp) in &self.0 {
+            map.serialize_entry(text, lp)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for TopLogprobs {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Entries;
+        impl<'de> serde::de::Visitor<'de> for Entries {
+            type Value = TopLogprobs;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object of token → logprob")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<TopLogprobs, A::Error> {
+                let mut out = Vec::new();
+                while let Some(entry) = map.next_entry::<String, f32>()? {
+                    out.push(entry);
+                }
+                Ok(TopLogprobs(out))
+            }
+        }
+        d.deserialize_map(Entries)
+    }
 }
 
 impl CompletionLogprobs {

@@ -324,15 +324,11 @@ impl CompletionStream {
         for t in tokens {
             lp.tokens.push(self.tokenizer.token_text(t.id));
             lp.token_logprobs.push(t.logprob);
-            // The alternatives and, as OpenAI does, the chosen token (up to `logprobs + 1` entries).
+            // The alternatives and, as OpenAI does, the chosen token (up to `logprobs + 1` entries), most
+            // likely first.
             lp.top_logprobs.push(t.logprob.map(|chosen| {
-                let mut top: BTreeMap<String, f32> = t
-                    .top
-                    .iter()
-                    .map(|&(id, l)| (self.tokenizer.token_text(id), l))
-                    .collect();
-                top.entry(self.tokenizer.token_text(t.id)).or_insert(chosen);
-                top
+                let alternatives = t.top.iter().map(|&(id, l)| (self.tokenizer.token_text(id), l));
+                TopLogprobs::ranked(alternatives.chain([(self.tokenizer.token_text(t.id), chosen)]))
             }));
             lp.text_offset.push((offset + t.text_offset) as u32);
         }
