@@ -7,8 +7,9 @@
 //!   that end a generation (EOS, end-of-turn), which the benchmark biases away so every run decodes the full
 //!   count. The browser harness (`bench/`) feeds the same ids to kiln and wllama.
 //! - `bench --model M.gguf --device flex|wgpu --prompts prompts.json --tokens 128 --runs 5 --warmup 1 --out
-//!   result.json [--fused off] [--select off]`: loads the model (timed; on wgpu the fused decode step and
-//!   the device-side selection of the sampler's candidates can be turned off, to measure without them), then for each prompt runs `warmup` + `runs` greedy streamed
+//!   result.json [--fused off] [--select off|greedy|on]`: loads the model (timed; on wgpu the fused decode
+//!   step can be turned off and the device-side selection of the sampler's candidates chosen, to measure
+//!   without them), then for each prompt runs `warmup` + `runs` greedy streamed
 //!   completions of `tokens` tokens and records each measured run's time to first token, completion tokens
 //!   and the time from the first to the last chunk, and what the prefill and the decode steps cost the
 //!   device (`engine::counters`: dispatches per kernel, reads and bytes read back). Medians are taken by
@@ -23,6 +24,7 @@ mod native {
     use kiln::api::completion_request;
     use kiln::engine::Model;
     use kiln::engine::{counters, device};
+    use kiln::model::SelectOnDevice;
     use kiln::loader::Gguf;
     use kiln::tokenizer::ModelTokenizer;
     use pollster::block_on;
@@ -42,7 +44,7 @@ mod native {
         out: Option<String>,
         /// The fused decode step and device-side selection (both on by default; off to measure without).
         fused: bool,
-        select: bool,
+        select: Option<SelectOnDevice>,
     }
 
     fn parse() -> Result<Args> {
@@ -57,7 +59,7 @@ mod native {
             warmup: 1,
             out: None,
             fused: true,
-            select: true,
+            select: None,
         };
         let mut it = std::env::args().skip(1);
         while let Some(flag) = it.next() {
@@ -79,7 +81,14 @@ mod native {
                 "--warmup" => a.warmup = num(value()?)?,
                 "--out" => a.out = Some(value()?),
                 "--fused" => a.fused = value()? != "off",
-                "--select" => a.select = value()? != "off",
+                "--select" => {
+                    a.select = Some(match value()?.as_str() {
+                        "off" => SelectOnDevice::Never,
+                        "greedy" => SelectOnDevice::Greedy,
+                        "on" => SelectOnDevice::Always,
+                        other => return Err(format!("--select {other}: off, greedy or on")),
+                    })
+                }
                 _ => return Err(format!("unknown flag `{flag}`")),
             }
         }
@@ -179,7 +188,9 @@ mod native {
         };
         let mut model = Model::from_gguf("bench", &bytes, &dev).map_err(|e| e.to_string())?;
         model.decoder.set_fused(a.fused);
-        model.decoder.set_select_on_device(a.select);
+        if let Some(select) = a.select {
+            model.decoder.set_select_on_device(select);
+        }
         let load_ms = started.elapsed().as_secs_f64() * 1e3;
         drop(bytes);
         eprintln!(

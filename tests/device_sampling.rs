@@ -1,6 +1,7 @@
 //! Sampling from candidates selected on the device (`engine::generate::Readout::Top`) against reading
 //! every logit back, on native wgpu (lavapipe on CI), through whole requests on the tiny GGUF model
-//! (`tests/fixtures/gguf/tiny-llama.gguf`): the same model loaded twice, once with device selection off.
+//! (`tests/fixtures/gguf/tiny-llama.gguf`): the same model loaded twice, with device selection for every
+//! step it can decide (`SelectOnDevice::Always`; lavapipe's own default is greedy steps only) and off.
 //!
 //! Greedy, nucleus (`top_p < 1`) with a seed, presence and frequency penalties, `logit_bias` and `n = 2`,
 //! and `top_p = 1` (which candidates cannot decide: such a request reads whole rows) give the same
@@ -11,6 +12,7 @@
 use kiln::api::completion_request;
 use kiln::api::response::Completion;
 use kiln::engine::{Model, counters};
+use kiln::model::SelectOnDevice;
 use pollster::block_on;
 use serde_json::{Value, json};
 
@@ -25,7 +27,16 @@ fn model(select: bool) -> Model {
         &gpu.device,
     )
     .expect("the fixture loads");
-    m.decoder.set_select_on_device(select);
+    // The default: the sort only where it pays, on a GPU; greedy's argmax on software adapters too.
+    let default = match gpu.info.device_type.as_str() {
+        "Cpu" => SelectOnDevice::Greedy,
+        _ => SelectOnDevice::Always,
+    };
+    assert_eq!(m.decoder.selects_on_device(), default, "{:?}", gpu.info);
+    m.decoder.set_select_on_device(match select {
+        true => SelectOnDevice::Always,
+        false => SelectOnDevice::Never,
+    });
     m
 }
 

@@ -15,7 +15,7 @@ use burn::tensor::Device;
 use burn::tensor::wgpu::{WgpuSetup, wgpu};
 use serde::Serialize;
 
-use crate::kernels::gpu::{GemvLayout, set_gemv_layout};
+use crate::kernels::gpu::{GemvLayout, set_gemv_layout, set_software_adapter};
 
 /// Which kind of device a [`Gpu`] or [`cpu`] call produced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -138,9 +138,11 @@ pub async fn gpu() -> Result<Gpu, DeviceError> {
 fn describe(setup: &WgpuSetup) -> DeviceInfo {
     let adapter = setup.adapter.get_info();
     let limits = setup.adapter.limits();
-    let gemv = match adapter.device_type {
-        wgpu::DeviceType::Cpu => GemvLayout::Rows,
-        _ => GemvLayout::Split,
+    let software = adapter.device_type == wgpu::DeviceType::Cpu;
+    set_software_adapter(software);
+    let gemv = match software {
+        true => GemvLayout::Rows,
+        false => GemvLayout::Split,
     };
     #[cfg(not(target_family = "wasm"))]
     let gemv = match std::env::var("KILN_GEMV").as_deref() {

@@ -11,7 +11,7 @@ use burn::tensor::{Tensor, TensorData, Transaction};
 use super::EngineError;
 use super::counters::note_read;
 use crate::kernels::gpu::select::{self, Adjust};
-use crate::model::{Decoder, KvCache};
+use crate::model::{Decoder, KvCache, SelectOnDevice};
 pub use crate::sampling::argmax;
 use crate::sampling::candidates::Candidates;
 
@@ -198,7 +198,7 @@ pub async fn greedy(
     stop_ids: &[u32],
 ) -> Result<Vec<u32>, EngineError> {
     let capacity = (prompt.len() + max_new).min(decoder.config.max_position_embeddings);
-    let readout = if decoder.selects_on_device() {
+    let readout = if decoder.selects_on_device() != SelectOnDevice::Never {
         Readout::Top {
             adjust: &[],
             temperature: 0.0,

@@ -14,7 +14,7 @@ use super::generate::{Readout, Rows, Runner};
 use crate::api::response::FinishReason;
 use crate::api::validate::Sampling;
 use crate::kernels::gpu::select::Adjust;
-use crate::model::Decoder;
+use crate::model::{Decoder, SelectOnDevice};
 use crate::sampling::candidates::Candidates;
 use crate::sampling::constrain::Constraint;
 use crate::sampling::{Choice as Picked, Sampler, log_softmax, top_k};
@@ -295,12 +295,16 @@ impl Generation {
 
     /// The bias and penalty changes of the next step, per row of the batch (the prefill's one row:
     /// choice 0's, which every choice shares before it has generated), when the step can read candidates
-    /// instead of whole rows: on a wgpu device, for samplers that candidates decide, without logprobs or
-    /// grammars, with few enough entries.
+    /// instead of whole rows: on a wgpu device (greedy only on a software adapter: the decoder's
+    /// `SelectOnDevice`), for samplers that candidates decide, without logprobs or grammars, with few
+    /// enough entries.
     fn device_adjustments(&self) -> Option<Vec<Adjust>> {
         let p = &self.params;
-        let allowed = self.decoder.selects_on_device()
-            && p.logprobs.is_none()
+        let allowed = match self.decoder.selects_on_device() {
+            SelectOnDevice::Never => false,
+            SelectOnDevice::Greedy => p.sampling.temperature == 0.0,
+            SelectOnDevice::Always => true,
+        } && p.logprobs.is_none()
             && !p.prompt_logprobs
             && self
                 .choices

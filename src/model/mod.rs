@@ -11,7 +11,7 @@ mod step;
 
 pub use arch::Arch;
 pub use config::{ConfigError, ModelConfig};
-pub use decoder::{Decoder, ForwardError};
+pub use decoder::{Decoder, ForwardError, SelectOnDevice};
 pub use layers::kv_cache::KvCache;
 pub use layers::linear::{Linear, Matrix};
 pub use layers::norm::rms_norm;

@@ -47,6 +47,18 @@ pub enum GemvLayout {
 }
 
 static SPLIT: AtomicBool = AtomicBool::new(false);
+static SOFTWARE: AtomicBool = AtomicBool::new(false);
+
+/// Records whether the wgpu adapter in use is a software one (lavapipe, SwiftShader): kernels and step
+/// choices that pay off only on GPUs look at it ([`software_adapter`]). Set by `engine::device::gpu`.
+pub fn set_software_adapter(software: bool) {
+    SOFTWARE.store(software, Ordering::Relaxed);
+}
+
+/// Whether the wgpu adapter in use is a software one ([`set_software_adapter`]; `false` before one).
+pub fn software_adapter() -> bool {
+    SOFTWARE.load(Ordering::Relaxed)
+}
 
 /// The layout [`matmul`] takes for decode steps from now on (chosen by `engine::device::gpu` from the
 /// adapter's type: `Rows` on a CPU adapter, `Split` on a GPU). One per process: kiln runs one wgpu device.
