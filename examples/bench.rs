@@ -24,8 +24,8 @@ mod native {
     use kiln::api::completion_request;
     use kiln::engine::Model;
     use kiln::engine::{counters, device};
-    use kiln::model::SelectOnDevice;
     use kiln::loader::Gguf;
+    use kiln::model::SelectOnDevice;
     use kiln::tokenizer::ModelTokenizer;
     use pollster::block_on;
     use serde_json::{Value, json};

@@ -10,7 +10,8 @@
 //!
 //! **GEMV** (`m ≤ 8`, decode): per block, in one of two layouts ([`GemvLayout`], chosen for the device
 //! at its creation): whole rows per thread (`gemv.rs`, for software Vulkan) or a row's blocks shared by a
-//! workgroup's lanes (`gemv_split.rs`, for GPUs).
+//! workgroup's lanes (`gemv_split.rs`, for GPUs). In the row layout (software adapters) larger `m` runs
+//! through the GEMV too, 8 rows of `x` per launch; in the split layout (GPUs) it takes the tiled kernel.
 //!
 //! **Tiled.** A workgroup of 16 × 16 threads computes a `TILE × TILE` (32 × 32) tile of `y`, each thread
 //! a 2 × 2 sub-tile (rows `ty, ty + 16`, columns `tx, tx + 16`). Per K step of `TILE` elements (one
@@ -22,7 +23,7 @@
 
 use burn::backend::Cube;
 use burn::tensor::{DType, Shape, Tensor};
-use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::kernel::{into_contiguous, slice};
 use burn_cubecl::ops::numeric::empty_device_dtype;
 use cubecl::prelude::*;
 
@@ -161,58 +162,26 @@ pub fn matmul_with(x: Tensor<2>, w: &GpuWeight, layout: GemvLayout) -> Tensor<2>
     if m == 0 {
         return Tensor::from_primitive::<Cube>(out);
     }
+    // Software adapters run every `m` through the GEMV, 8 rows of `x` at a time: the tiled kernel's
+    // barriers cost more there than reading the weights once per 8 rows (a 64-token prefill of SmolLM2 on
+    // lavapipe: see the README). GPUs take the tiled kernel for `m > 8`.
+    let gemv_rows = match (m <= GEMV_MAX_M, layout) {
+        (true, _) => Some(m),
+        (false, GemvLayout::Rows) => Some(GEMV_MAX_M),
+        (false, GemvLayout::Split) => None,
+    };
     for part in &w.parts {
-        let weights = unsafe { BufferArg::from_raw_parts(part.handle.clone(), part.words) };
-        let xs = x.clone().into_buffer_arg();
-        let ys = out.clone().into_buffer_arg();
-        if m <= GEMV_MAX_M && layout == GemvLayout::Split {
-            let blocks = blocks_of(w.fmt, w.k);
-            unsafe {
-                gemv_split_kernel::launch_unchecked(
-                    &w.client,
-                    linear_grid(part.rows.div_ceil(rows_per_group(blocks))),
-                    CubeDim::new_1d(SPLIT_WG as u32),
-                    xs,
-                    weights,
-                    ys,
-                    part.rows,
-                    w.n,
-                    part.row0,
-                    w.k,
-                    w.row_bytes,
-                    m,
-                    w.fmt,
-                    lanes(blocks),
-                );
-            }
-        } else if m <= GEMV_MAX_M {
-            unsafe {
-                gemv_kernel::launch_unchecked(
-                    &w.client,
-                    linear_grid(part.rows.div_ceil(ROWS_PER_GROUP)),
-                    CubeDim::new_1d(GEMV_WG as u32),
-                    xs,
-                    weights,
-                    ys,
-                    part.rows,
-                    w.n,
-                    part.row0,
-                    w.k,
-                    w.row_bytes,
-                    m,
-                    w.fmt,
-                );
-            }
-        } else {
+        let weights = || unsafe { BufferArg::from_raw_parts(part.handle.clone(), part.words) };
+        let Some(step) = gemv_rows else {
             let count = CubeCount::Static(part.rows.div_ceil(TILE) as u32, m.div_ceil(TILE) as u32, 1);
             unsafe {
                 tiled_kernel::launch_unchecked(
                     &w.client,
                     count,
                     CubeDim::new_1d((THREADS * THREADS) as u32),
-                    xs,
-                    weights,
-                    ys,
+                    x.clone().into_buffer_arg(),
+                    weights(),
+                    out.clone().into_buffer_arg(),
                     m,
                     part.rows,
                     w.n,
@@ -221,6 +190,57 @@ pub fn matmul_with(x: Tensor<2>, w: &GpuWeight, layout: GemvLayout) -> Tensor<2>
                     w.row_bytes,
                     w.fmt,
                 );
+            }
+            continue;
+        };
+        for r0 in (0..m).step_by(step) {
+            let rows = step.min(m - r0);
+            // Rows r0.. of x (a view where the offset is aligned, else a copy); their outputs start at
+            // row r0 of y.
+            let xs = match (r0, rows) == (0, m) {
+                true => x.clone(),
+                false => slice(x.clone(), &[r0..r0 + rows, 0..k]),
+            };
+            let col0 = part.row0 + r0 * w.n;
+            let ys = out.clone().into_buffer_arg();
+            if layout == GemvLayout::Split {
+                let blocks = blocks_of(w.fmt, w.k);
+                unsafe {
+                    gemv_split_kernel::launch_unchecked(
+                        &w.client,
+                        linear_grid(part.rows.div_ceil(rows_per_group(blocks))),
+                        CubeDim::new_1d(SPLIT_WG as u32),
+                        xs.into_buffer_arg(),
+                        weights(),
+                        ys,
+                        part.rows,
+                        w.n,
+                        col0,
+                        w.k,
+                        w.row_bytes,
+                        rows,
+                        w.fmt,
+                        lanes(blocks),
+                    );
+                }
+            } else {
+                unsafe {
+                    gemv_kernel::launch_unchecked(
+                        &w.client,
+                        linear_grid(part.rows.div_ceil(ROWS_PER_GROUP)),
+                        CubeDim::new_1d(GEMV_WG as u32),
+                        xs.into_buffer_arg(),
+                        weights(),
+                        ys,
+                        part.rows,
+                        w.n,
+                        col0,
+                        w.k,
+                        w.row_bytes,
+                        rows,
+                        w.fmt,
+                    );
+                }
             }
         }
     }
