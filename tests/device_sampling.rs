@@ -6,7 +6,7 @@
 //! Greedy, nucleus (`top_p < 1`) with a seed, presence and frequency penalties, `logit_bias` and `n = 2`,
 //! and `top_p = 1` (which candidates cannot decide: such a request reads whole rows) give the same
 //! tokens both ways; the counters show what each read back. (The only way the two can differ is a nucleus
-//! draw within ~1e-6 of a token boundary, from the f32 mass; none of these requests comes near one.)
+//! cut or draw within ~1e-5 of a token boundary, from the f32 mass; none of these requests comes near one.)
 #![cfg(not(target_arch = "wasm32"))]
 
 use kiln::api::completion_request;

@@ -87,9 +87,12 @@ async fn read_top(logits: &Tensor<2>, adjust: &[Adjust], t: f32) -> Result<Vec<C
     let per = stats.len() / r.max(1);
     Ok((0..r)
         .map(|i| Candidates {
+            // Padding ids (past `V`) come back only for a row without a logit above the padding (NaN
+            // throughout): left out, such a row has no candidates and reads its whole row instead.
             top: top[i * 2 * k..(i + 1) * 2 * k]
                 .chunks_exact(2)
                 .map(|p| (p[1] as u32, p[0]))
+                .filter(|&(id, _)| (id as usize) < v)
                 .collect(),
             chunks: stats[i * per..(i + 1) * per]
                 .chunks_exact(2)
