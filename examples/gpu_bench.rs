@@ -24,7 +24,7 @@ mod native {
     use std::time::Instant;
 
     use kiln::engine::counters;
-    use kiln::engine::generate::{Readout, Rows, Runner};
+    use kiln::engine::generate::{Readout, Runner, greedy_ids};
     use kiln::kernels::gpu::{GemvLayout, gemv_layout, set_gemv_layout};
     use kiln::loader::quantize::{Quantizing, quantize_type};
     use kiln::loader::{GgmlType, LoadError, RawTensor, Weights};
@@ -151,13 +151,6 @@ mod native {
         Ok(a)
     }
 
-    fn greedy(rows: Rows) -> u32 {
-        match rows {
-            Rows::Top(c) => c.first().and_then(|c| c.top.first()).map_or(0, |&(id, _)| id),
-            Rows::Full(r) => r.first().map_or(0, |r| kiln::sampling::argmax(r)),
-        }
-    }
-
     /// One measured generation: (prefill s, decode s, decode counts).
     fn run(d: &Decoder, prompt: usize, tokens: usize) -> Result<(f64, f64, counters::Counts)> {
         let ids: Vec<u32> = (0..prompt)
@@ -173,11 +166,11 @@ mod native {
         let (mut runner, rows) =
             block_on(Runner::prefill(d, &ids, prompt + tokens, false, top)).map_err(err)?;
         let prefill = t0.elapsed().as_secs_f64();
-        let mut next = greedy(rows);
+        let mut next = greedy_ids(rows)[0];
         let before = watch.counts();
         let t1 = Instant::now();
         for _ in 1..tokens {
-            next = greedy(block_on(runner.step(&[next], top)).map_err(err)?);
+            next = greedy_ids(block_on(runner.step(&[next], top)).map_err(err)?)[0];
         }
         Ok((prefill, t1.elapsed().as_secs_f64(), watch.counts().since(&before)))
     }

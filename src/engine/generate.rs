@@ -181,8 +181,8 @@ impl Runner {
     }
 }
 
-/// The next token of each greedy row.
-fn greedy_ids(rows: Rows) -> Vec<u32> {
+/// The next token of each greedy row (0 for a row without candidates, as `argmax` of an empty row).
+pub fn greedy_ids(rows: Rows) -> Vec<u32> {
     match rows {
         Rows::Full(rows) => rows.iter().map(|r| argmax(r)).collect(),
         Rows::Top(rows) => rows

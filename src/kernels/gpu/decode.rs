@@ -156,14 +156,14 @@ fn gelu_tanh_mul_kernel(g: &[f32], u: &[f32], out: &mut [f32], len: usize) {
 }
 
 /// The cube tensor behind `t`, contiguous (copied only if it was not).
-fn cube<const D: usize>(t: Tensor<D>, what: &str) -> CubeTensor {
+pub(crate) fn cube<const D: usize>(t: Tensor<D>, what: &str) -> CubeTensor {
     match t.cast(DType::F32).try_into_primitive::<Cube>() {
         Ok(t) => into_contiguous(t),
         Err(e) => panic!("{what}: not on a wgpu device: {e:?}"),
     }
 }
 
-fn empty_like(t: &CubeTensor, shape: Shape) -> CubeTensor {
+pub(crate) fn empty_like(t: &CubeTensor, shape: Shape) -> CubeTensor {
     empty_device_dtype(t.client.clone(), t.device.clone(), shape, DType::F32)
 }
 

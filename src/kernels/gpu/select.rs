@@ -19,11 +19,10 @@
 //! no sort and no stats; on lavapipe the three sorting levels cost more than reading a 49 152-logit row.
 
 use burn::backend::Cube;
-use burn::tensor::{DType, Shape, Tensor};
-use burn_cubecl::kernel::into_contiguous;
-use burn_cubecl::ops::numeric::empty_device_dtype;
-use burn_cubecl::tensor::CubeTensor;
+use burn::tensor::{Shape, Tensor};
 use cubecl::prelude::*;
+
+use super::decode::{cube, empty_like};
 
 /// Logits (or pairs) sorted per workgroup.
 pub const CHUNK: usize = 1024;
@@ -215,7 +214,7 @@ pub fn adjust(logits: &Tensor<2>, entries: &[Adjust]) {
         Err(e) => panic!("adjust: logits not on a wgpu device: {e:?}"),
     };
     assert!(target.is_contiguous(), "adjust: logits must be contiguous");
-    let table = cube_of1(table);
+    let table = cube(table, "adjust table");
     let dim = CubeDim::new_1d(WG as u32);
     let count = cubecl::calculate_cube_count_elemwise(&target.client, m, dim);
     unsafe {
@@ -231,13 +230,6 @@ pub fn adjust(logits: &Tensor<2>, entries: &[Adjust]) {
     }
 }
 
-fn cube_of1(t: Tensor<1>) -> CubeTensor {
-    match t.try_into_primitive::<Cube>() {
-        Ok(t) => into_contiguous(t),
-        Err(e) => panic!("adjust: table not on a wgpu device: {e:?}"),
-    }
-}
-
 /// Each row's `k` largest logits and the per-chunk softmax mass (see the module docs), on the device.
 #[derive(Debug, Clone)]
 pub struct TopK {
@@ -247,29 +239,13 @@ pub struct TopK {
     pub stats: Tensor<2>,
 }
 
-fn cube_of(t: Tensor<2>) -> CubeTensor {
-    match t.cast(DType::F32).try_into_primitive::<Cube>() {
-        Ok(t) => into_contiguous(t),
-        Err(e) => panic!("top_k: logits not on a wgpu device: {e:?}"),
-    }
-}
-
-fn empty(like: &CubeTensor, shape: [usize; 2]) -> CubeTensor {
-    empty_device_dtype(
-        like.client.clone(),
-        like.device.clone(),
-        Shape::new(shape),
-        DType::F32,
-    )
-}
-
 /// `logits: [b, V]` → each row's largest logit and its id, `[b, 2]` (as [`TopK::top`] with `k = 1`), in
 /// one launch: greedy's candidate, without the sort.
 pub fn argmax(logits: Tensor<2>) -> Tensor<2> {
     let [b, v] = logits.dims();
     assert!(v > 0 && v < PAD_ID as usize, "argmax: {v} logits");
-    let input = cube_of(logits);
-    let out = empty(&input, [b, 2]);
+    let input = cube(logits, "select logits");
+    let out = empty_like(&input, Shape::new([b, 2]));
     if b > 0 {
         unsafe {
             argmax_kernel::launch_unchecked(
@@ -298,14 +274,14 @@ pub fn top_k(logits: Tensor<2>, k: usize, t: f32) -> TopK {
         "top_k: k = {k} for {v} logits"
     );
     let inv_t = if t > 0.0 { 1.0 / t } else { 0.0 };
-    let mut input = cube_of(logits);
+    let mut input = cube(logits, "select logits");
     let mut n = v;
     let mut first = true;
     let chunks1 = v.div_ceil(CHUNK);
-    let stats = empty(&input, [b, 2 * chunks1]);
+    let stats = empty_like(&input, Shape::new([b, 2 * chunks1]));
     loop {
         let chunks = n.div_ceil(CHUNK);
-        let out = empty(&input, [b, 2 * chunks * k]);
+        let out = empty_like(&input, Shape::new([b, 2 * chunks * k]));
         if b > 0 {
             unsafe {
                 top_k_kernel::launch_unchecked(
