@@ -6,8 +6,8 @@
 //   node bench/bench.mjs CONFIG.json OUT.json
 //
 // CONFIG: { root, cache, model (path under the cache), prompts (the file examples/bench.rs --tokenize wrote),
-//           tokens, runs, warmup, configs: ['kiln-webgpu', 'kiln-cpu', 'wllama'], wllama: 'auto'|'webgpu'|'cpu',
-//           threads }
+//           tokens, runs, warmup, configs: ['kiln-webgpu', 'kiln-cpu', 'wllama', 'kiln-chat'],
+//           wllama: 'auto'|'webgpu'|'cpu', threads, chat_turns, chat_tokens }
 // Timings only: nothing here asserts on them.
 import { createServer } from 'node:http';
 import { createReadStream, readFileSync, statSync } from 'node:fs';
@@ -110,6 +110,13 @@ for (const name of config.configs) {
   console.error(`\nbench: ${name} (browser)`);
   if (name === 'kiln-webgpu' || name === 'kiln-cpu') {
     results[name] = await inFreshPage(name, 'benchKiln', { ...common, device: name === 'kiln-webgpu' ? 'webgpu' : 'cpu' });
+  } else if (name === 'kiln-chat') {
+    // ~60-token user turns: consecutive 45-word pieces of bench/text.txt.
+    const words = readFileSync(join(root, 'bench', 'text.txt'), 'utf8').split(/\s+/).filter(Boolean);
+    const userTexts = Array.from({ length: config.chat_turns }, (_, i) => words.slice(i * 45, (i + 1) * 45).join(' '));
+    results[name] = await inFreshPage(name, 'benchChat', {
+      model, device: 'cpu', userTexts, turns: config.chat_turns, tokens: config.chat_tokens, stopIds,
+    });
   } else if (name === 'wllama') {
     const wanted = config.wllama ?? 'auto';
     const args = { ...common, threads: config.threads ?? 1, nCtx: Math.max(1024, maxPrompt + config.tokens + 16) };

@@ -92,6 +92,8 @@ window.benchKiln = async ({ device, model, prompts, stopIds, tokens, runs, warmu
     model: 'bench',
     source: model,
     device,
+    // Every run prefills its prompt cold, as wllama's (`cache_prompt: false`); `benchChat` measures reuse.
+    prefixCacheBytes: 0,
     onProgress: ({ phase }) => {
       if (phase !== lastPhase) log(`${label}: ${phase}`);
       lastPhase = phase;
@@ -116,6 +118,58 @@ window.benchKiln = async ({ device, model, prompts, stopIds, tokens, runs, warmu
   const model_memory = engine.memory;
   await engine.unload();
   return { device: info, load_ms: loadMs, wasm_memory_bytes: memory, model_memory, prompts: results };
+};
+
+/**
+ * A `turns`-turn chat (`userTexts[i]` the i-th user message, `tokens` greedy tokens per answer with the
+ * end-of-generation ids biased away) on one engine, twice: keeping no prefixes (`prefixCacheBytes: 0`, every
+ * turn prefills the whole conversation) and with the default prefix cache (each turn reuses the earlier ones).
+ * Per turn: the time to the first chunk, prompt and cached tokens; and whether both runs answered alike.
+ */
+window.benchChat = async ({ device, model, userTexts, turns, tokens, stopIds }) => {
+  const { Engine } = await import('/pkg/index.js');
+  const bias = biasOf(stopIds);
+  const out = { turns, tokens };
+  const answers = {};
+  for (const [mode, prefixCacheBytes] of [['cold', 0], ['reuse', undefined]]) {
+    const engine = await Engine.load({ model: 'bench', source: model, device, prefixCacheBytes });
+    const messages = [{ role: 'system', content: 'You are a helpful assistant.' }];
+    const list = [];
+    answers[mode] = [];
+    for (let t = 0; t < turns; t++) {
+      messages.push({ role: 'user', content: userTexts[t % userTexts.length] });
+      const t0 = now();
+      const iter = await engine.chat.completions.create({
+        model: 'bench', messages, max_tokens: tokens, temperature: 0, logit_bias: bias,
+        stream: true, stream_options: { include_usage: true },
+      });
+      let first = null;
+      let text = '';
+      let usage = null;
+      for await (const chunk of iter) {
+        if (chunk.choices?.length) {
+          first ??= now() - t0;
+          text += chunk.choices[0].delta?.content ?? '';
+        }
+        if (chunk.usage) usage = chunk.usage;
+      }
+      const total = now() - t0;
+      const run = {
+        turn: t + 1, ttft_ms: first, total_ms: total, prompt_tokens: usage.prompt_tokens,
+        cached_tokens: usage.prompt_tokens_details?.cached_tokens ?? 0, completion_tokens: usage.completion_tokens,
+      };
+      log(`chat ${mode} turn ${t + 1}: ${run.prompt_tokens} prompt tokens (${run.cached_tokens} cached), ttft ${first.toFixed(0)} ms`);
+      list.push(run);
+      answers[mode].push(text);
+      messages.push({ role: 'assistant', content: text });
+    }
+    out[mode] = list;
+    out[`${mode}_memory`] = engine.memory;
+    await engine.unload();
+  }
+  out.same_answers = answers.cold.every((a, i) => a === answers.reuse[i]);
+  out.device = device;
+  return out;
 };
 
 /**

@@ -186,7 +186,11 @@ mod native {
             }
             other => return Err(format!("unknown device `{other}` (flex or wgpu)")),
         };
-        let mut model = Model::from_gguf("bench", &bytes, &dev).map_err(|e| e.to_string())?;
+        // Every run prefills its prompt cold: the same prompt runs several times, and the prefix cache
+        // would serve the later runs (the chat workload of `cargo xtask bench` measures reuse).
+        let mut model = Model::from_gguf("bench", &bytes, &dev)
+            .and_then(|m| m.with_prefix_cache(0))
+            .map_err(|e| e.to_string())?;
         model.decoder.set_fused(a.fused);
         if let Some(select) = a.select {
             model.decoder.set_select_on_device(select);

@@ -75,6 +75,14 @@ export interface LoadOptions {
    * (`param: 'chatTemplate'`).
    */
   chatTemplate?: string;
+  /**
+   * Bytes of KV state kept of recent sequences (default 128 MiB; 0 keeps none). A request whose prompt
+   * starts with a kept sequence (the earlier turns of a chat) prefills only the rest and reports those tokens
+   * as `usage.prompt_tokens_details.cached_tokens`; the least recently used states go first. A budget too
+   * small for one sequence (256 positions of the model's KV cache) is refused at load (status 422,
+   * `param: 'prefixCacheBytes'`).
+   */
+  prefixCacheBytes?: number;
   /** Where `kiln_bg.wasm` is, when not beside this module. */
   wasm?: string | URL;
 }
@@ -118,6 +126,8 @@ export interface KilnEngine {
 export interface MemoryReport {
   /** The weights as held on the device (quantized blocks stay packed). */
   weightBytes: number;
+  /** The KV states the prefix cache keeps (`LoadOptions.prefixCacheBytes`). */
+  prefixCacheBytes: number;
   /** What the device's allocator holds (weights, KV caches, activations); `null` on the CPU backend. */
   deviceBytesInUse: number | null;
   deviceBytesReserved: number | null;

@@ -238,13 +238,19 @@ export class Engine {
    * matrices as they load, with kiln's own quantizers. `chatTemplate` (a Jinja chat template string)
    * serves chat requests with it instead of the model's own, or gives one to a model that has none (a base
    * model: without one, chat requests are a 400 `no_chat_template` and completions still work).
+   * `prefixCacheBytes` (default 128 MiB) bounds the KV states kept of recent sequences: a request whose
+   * prompt starts with one (the earlier turns of a chat) prefills only the rest, and reports the reused
+   * tokens as `usage.prompt_tokens_details.cached_tokens`; 0 keeps none.
    */
-  static async load({ model, source, onProgress, cache = false, device = 'auto', quantize, chatTemplate, wasm } = {}) {
+  static async load({ model, source, onProgress, cache = false, device = 'auto', quantize, chatTemplate, prefixCacheBytes, wasm } = {}) {
     if (typeof model !== 'string' || model === '') {
       throw new KilnError({ status: 422, error: { message: '`model` (the id requests name) must be a non-empty string', type: 'invalid_request_error', param: 'model', code: 'invalid_value' } });
     }
     if (chatTemplate !== undefined && chatTemplate !== null && typeof chatTemplate !== 'string') {
       throw new KilnError({ status: 422, error: { message: '`chatTemplate` must be a string (a Jinja chat template)', type: 'invalid_request_error', param: 'chatTemplate', code: 'invalid_value' } });
+    }
+    if (prefixCacheBytes !== undefined && prefixCacheBytes !== null && !(Number.isInteger(prefixCacheBytes) && prefixCacheBytes >= 0)) {
+      throw new KilnError({ status: 422, error: { message: '`prefixCacheBytes` must be a whole number of bytes (0 or more)', type: 'invalid_request_error', param: 'prefixCacheBytes', code: 'invalid_value' } });
     }
     await initOnce(wasm);
     let inner;
@@ -279,6 +285,13 @@ export class Engine {
         throw toError(e);
       }
     }
+    if (typeof prefixCacheBytes === 'number') {
+      try {
+        inner = inner.withPrefixCache(prefixCacheBytes);
+      } catch (e) {
+        throw toError(e);
+      }
+    }
     return new Engine(inner);
   }
 
@@ -295,8 +308,9 @@ export class Engine {
   get device() { return this.#model.device; }
 
   /**
-   * The model's bytes now: `{ weightBytes, deviceBytesInUse, deviceBytesReserved }` (weights as held on the
-   * device, quantized blocks packed; the device allocator's figures, `null` on the CPU backend).
+   * The model's bytes now: `{ weightBytes, prefixCacheBytes, deviceBytesInUse, deviceBytesReserved }` (weights
+   * as held on the device, quantized blocks packed; the kept KV states of the prefix cache; the device
+   * allocator's figures, `null` on the CPU backend).
    */
   get memory() { return this.#model.memory; }
 

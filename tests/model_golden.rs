@@ -4,7 +4,7 @@
 mod golden;
 
 use burn::tensor::Device;
-use golden::{cache_equals_recompute, fixtures, greedy_matches, logits_match};
+use golden::{cache_equals_recompute, fixtures, greedy_matches, logits_match, reused_prefix_greedy_matches};
 use kiln::loader::{Checkpoint, LoadError};
 use kiln::model::{Decoder, ModelConfig};
 
@@ -39,6 +39,13 @@ fn greedy_64_tokens_match_transformers() {
 fn kv_cache_equals_recompute_for_32_steps() {
     for f in fixtures() {
         pollster::block_on(cache_equals_recompute(&f, &Device::flex(), 32));
+    }
+}
+
+#[test]
+fn greedy_after_a_reused_prefix_matches_transformers() {
+    for f in fixtures() {
+        pollster::block_on(reused_prefix_greedy_matches(&f, &Device::flex()));
     }
 }
 

@@ -111,3 +111,46 @@ fn smollm2_streams_samples_and_completes() {
     assert!(!text.contains('.'), "cut before the stop string: {text:?}");
     assert_eq!(c.choices[0].finish_reason, Some(FinishReason::Stop));
 }
+
+/// A three-turn chat on one engine reuses each earlier turn's KV state (`cached_tokens` at least the previous
+/// prompt) and answers token for token as an engine that keeps no prefixes.
+#[test]
+fn smollm2_multi_turn_chat_reuses_the_prefix_and_answers_as_cold() {
+    let bytes = model_bytes();
+    let warm = Model::from_gguf("smollm2-135m", &bytes, &Device::flex()).unwrap();
+    let cold = Model::from_gguf("smollm2-135m", &bytes, &Device::flex())
+        .unwrap()
+        .with_prefix_cache(0)
+        .unwrap();
+    let mut messages = vec![json!({"role": "system", "content": "You are a helpful assistant."})];
+    let mut before = 0;
+    for (turn, q) in ["Name a planet.", "How far is it from the Sun?", "And its moons?"]
+        .iter()
+        .enumerate()
+    {
+        messages.push(json!({"role": "user", "content": q}));
+        let body = json!({"model": "smollm2-135m", "messages": messages, "max_tokens": 24, "temperature": 0});
+        let run = |m: &Model| {
+            block_on(
+                m.chat(chat_request(body.clone(), &m.spec()).unwrap())
+                    .unwrap()
+                    .collect(),
+            )
+            .unwrap()
+        };
+        let (a, b) = (run(&warm), run(&cold));
+        let text = a.choices[0].message.content.clone().unwrap_or_default();
+        assert_eq!(Some(&text), b.choices[0].message.content.as_ref(), "turn {turn}");
+        let cached = a.usage.prompt_tokens_details.cached_tokens.unwrap() as usize;
+        eprintln!(
+            "SmolLM2 turn {turn}: {} prompt tokens, {cached} cached: {text:?}",
+            a.usage.prompt_tokens
+        );
+        assert!(
+            turn == 0 || cached >= before,
+            "turn {turn}: {cached} cached, previous prompt {before}"
+        );
+        before = a.usage.prompt_tokens as usize;
+        messages.push(json!({"role": "assistant", "content": text}));
+    }
+}

@@ -114,14 +114,46 @@ impl Runner {
         all_positions: bool,
         readout: Readout<'_>,
     ) -> Result<(Self, Rows), EngineError> {
+        Self::prefill_after(
+            decoder,
+            decoder.new_cache(1, capacity),
+            prompt,
+            all_positions,
+            readout,
+        )
+        .await
+    }
+
+    /// [`Runner::prefill`] onto `cache` (one row), which already holds the prompt's first `cache.len`
+    /// tokens (a kept prefix, [`super::prefix_cache`]): only the rest runs, and with `all_positions` only
+    /// the rest's logits come back. At least the last prompt token must be left to run.
+    pub async fn prefill_after(
+        decoder: &Decoder,
+        cache: KvCache,
+        prompt: &[u32],
+        all_positions: bool,
+        readout: Readout<'_>,
+    ) -> Result<(Self, Rows), EngineError> {
+        let rest = prompt.get(cache.len..).filter(|r| !r.is_empty()).ok_or_else(|| {
+            EngineError::Device(format!(
+                "a cache of {} positions leaves nothing of a {}-token prompt to run",
+                cache.len,
+                prompt.len()
+            ))
+        })?;
         let mut runner = Self {
             decoder: decoder.clone(),
-            cache: decoder.new_cache(1, capacity),
+            cache,
             last: None,
         };
-        let logits = decoder.forward(&[prompt.to_vec()], &mut runner.cache, all_positions)?;
+        let logits = decoder.forward(&[rest.to_vec()], &mut runner.cache, all_positions)?;
         let rows = runner.read(logits, readout).await?;
         Ok((runner, rows))
+    }
+
+    /// The cache, leaving the runner (e.g. to keep it for later prompts).
+    pub fn into_cache(self) -> KvCache {
+        self.cache
     }
 
     async fn read(&mut self, logits: Tensor<3>, readout: Readout<'_>) -> Result<Rows, EngineError> {

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use super::EngineError;
 use super::detok::{Detokenizer, Matched, StopMatcher};
 use super::generate::{Readout, Rows, Runner};
+use super::prefix_cache::PrefixCache;
 use crate::api::response::FinishReason;
 use crate::api::validate::Sampling;
 use crate::kernels::gpu::select::Adjust;
@@ -67,6 +68,8 @@ struct Choice {
     stops: StopMatcher,
     generated: usize,
     last: u32,
+    /// Tokens run through the cache after the prompt (each step's `last`).
+    fed: Vec<u32>,
     done: bool,
     /// Characters of text decoded so far (released or held back).
     chars: usize,
@@ -100,6 +103,10 @@ pub struct Generation {
     choices: Vec<Choice>,
     /// Prompt tokens scored at prefill (prompt logprobs).
     pub prompt_tokens_out: Vec<TokenOut>,
+    /// Where the prefill looks for a kept prefix, and the run's state goes when it ends.
+    prefixes: Option<PrefixCache>,
+    /// Prompt tokens the prefill found cached.
+    cached: usize,
 }
 
 fn no_row() -> EngineError {
@@ -121,6 +128,7 @@ impl Generation {
                 stops: StopMatcher::new(&params.stop),
                 generated: 0,
                 last: 0,
+                fed: Vec::new(),
                 done: false,
                 chars: 0,
             })
@@ -135,7 +143,36 @@ impl Generation {
             batch: Vec::new(),
             choices,
             prompt_tokens_out: Vec::new(),
+            prefixes: None,
+            cached: 0,
         }
+    }
+
+    /// Reuses a kept prefix of the prompt from `prefixes` (when one is there and the request does not
+    /// score its prompt), and keeps this run's state there when it ends.
+    pub fn reusing(mut self, prefixes: PrefixCache) -> Self {
+        self.prefixes = Some(prefixes);
+        self
+    }
+
+    /// Prompt tokens the prefill took from the prefix cache instead of running them (0 before it).
+    pub fn cached_tokens(&self) -> usize {
+        self.cached
+    }
+
+    /// Hands the run's KV state (its first row, which has run the prompt and that choice's tokens) to
+    /// the prefix cache; once, when the run ends or is dropped.
+    fn release(&mut self) {
+        let (Some(prefixes), Some(mut runner)) = (&self.prefixes, self.runner.take()) else {
+            return;
+        };
+        let Some(&first) = self.batch.first() else {
+            return;
+        };
+        runner.keep_rows(&[0]);
+        let mut tokens = self.prompt.clone();
+        tokens.extend(&self.choices[first].fed);
+        prefixes.put(tokens, runner.into_cache());
     }
 
     /// Constrains choice `i` of each to `constraints[i]` (one per choice, built for this request).
@@ -158,6 +195,7 @@ impl Generation {
     /// Runs the prefill (first call) or one decode step; `None` once every choice has finished.
     pub async fn next(&mut self) -> Result<Option<Vec<ChoiceDelta>>, EngineError> {
         if self.choices.iter().all(|c| c.done) {
+            self.release();
             return Ok(None);
         }
         self.drop_finished();
@@ -172,10 +210,24 @@ impl Generation {
         match &mut self.runner {
             None => {
                 let capacity = self.prompt.len() + self.params.max_new;
-                let (mut runner, rows) = Runner::prefill(
+                let reuse = match (&self.prefixes, self.params.prompt_logprobs) {
+                    (Some(p), false) => p.take(&self.prompt, |kept| {
+                        self.decoder.same_positions(kept.capacity, capacity)
+                    }),
+                    _ => None,
+                };
+                let cache = match reuse {
+                    Some(mut r) => {
+                        r.cache.capacity = capacity;
+                        self.cached = r.cached;
+                        r.cache
+                    }
+                    None => self.decoder.new_cache(1, capacity),
+                };
+                let (mut runner, rows) = Runner::prefill_after(
                     &self.decoder,
+                    cache,
                     &self.prompt,
-                    capacity,
                     self.params.prompt_logprobs,
                     readout,
                 )
@@ -197,6 +249,10 @@ impl Generation {
             }
             Some(runner) => {
                 let tokens: Vec<u32> = self.batch.iter().map(|&i| self.choices[i].last).collect();
+                for &i in &self.batch {
+                    let last = self.choices[i].last;
+                    self.choices[i].fed.push(last);
+                }
                 let rows: Vec<Row> = match runner.step(&tokens, readout).await? {
                     Rows::Full(rows) => rows.into_iter().map(Row::Raw).collect(),
                     Rows::Top(rows) => rows.into_iter().map(Row::Top).collect(),
@@ -380,5 +436,12 @@ impl Generation {
             });
             offset += self.tokenizer.token_text(id).chars().count();
         }
+    }
+}
+
+impl Drop for Generation {
+    /// An aborted run keeps its state too: valid up to its last completed step.
+    fn drop(&mut self) {
+        self.release();
     }
 }

@@ -6,6 +6,7 @@
 //! - [`model`]: a loaded model (decoder + tokenizer + chat template) from bytes.
 //! - [`prompt`]: requests → prompt token ids.
 //! - [`generate`]: prefill and decode steps on the device; logits read back once per step.
+//! - [`prefix_cache`]: KV states of recent sequences, reused by prompts that start with one.
 //! - [`generation`]: one prompt's `n` choices: sampling, detokenisation, stop rules, finish reasons.
 //! - [`detok`]: the incremental detokenizer and stop-string matching.
 //! - [`respond`]: deltas → OpenAI chunks, and full responses as the streams collected.
@@ -23,6 +24,7 @@ pub mod generate;
 pub mod generation;
 pub mod load;
 pub mod model;
+pub mod prefix_cache;
 pub mod prompt;
 pub mod reasoning;
 pub mod respond;
@@ -49,6 +51,8 @@ pub enum EngineError {
     Device(String),
     #[error("constrained decoding failed: {0}")]
     Constraint(String),
+    #[error("`{option}`: {message}")]
+    LoadOption { option: &'static str, message: String },
     #[error(
         "the model does not fit: its weights take {needed} MiB on this device, which holds at most {limit} MiB of weights"
     )]

@@ -11,6 +11,7 @@ use burn::tensor::Device;
 use super::EngineError;
 use super::chat_choice::ChoiceText;
 use super::generation::{GenParams, Generation};
+use super::prefix_cache::{DEFAULT_BUDGET, PrefixCache};
 use super::reasoning::reasoning_syntax;
 use super::respond::{Cancel, ChatStream, CompletionStream, PromptRun, StreamHeader, fingerprint};
 use super::tool_use::tool_use;
@@ -42,6 +43,8 @@ pub struct HfFiles<'a> {
 #[serde(rename_all = "camelCase")]
 pub struct MemoryReport {
     pub weight_bytes: u64,
+    /// Bytes the prefix cache's kept KV states take (part of `device_bytes_in_use` on wgpu).
+    pub prefix_cache_bytes: u64,
     pub device_bytes_in_use: Option<u64>,
     pub device_bytes_reserved: Option<u64>,
 }
@@ -55,6 +58,8 @@ pub struct Model {
     pub tokenizer: Arc<ModelTokenizer>,
     /// The token table for constrained decoding, built on the first request that needs it.
     vocab: OnceLock<Result<Vocab, String>>,
+    /// KV states of recent sequences, for prompts that start with one.
+    prefixes: PrefixCache,
 }
 
 impl Model {
@@ -81,6 +86,7 @@ impl Model {
             decoder,
             tokenizer: Arc::new(tokenizer),
             vocab: OnceLock::new(),
+            prefixes: PrefixCache::new(DEFAULT_BUDGET),
         }
     }
 
@@ -145,6 +151,7 @@ impl Model {
         let pool = self.decoder.device().memory_pool_usage();
         MemoryReport {
             weight_bytes: self.decoder.device_bytes() as u64,
+            prefix_cache_bytes: self.prefixes.bytes() as u64,
             device_bytes_in_use: pool.as_ref().map(|p| p.bytes_in_use),
             device_bytes_reserved: pool.map(|p| p.bytes_reserved),
         }
@@ -159,6 +166,30 @@ impl Model {
         })?;
         t.set_chat_template(source)?;
         Ok(self)
+    }
+
+    /// The `prefixCacheBytes` load option: keeps the KV states of recent sequences in up to `budget` bytes
+    /// (default [`DEFAULT_BUDGET`]) for prompts that start with one; 0 keeps none. A budget too small for
+    /// one block of positions (256, the cache's growth step) is refused, naming the option.
+    pub fn with_prefix_cache(mut self, budget: usize) -> Result<Self, EngineError> {
+        let block = crate::model::layers::kv_cache::BLOCK;
+        let least = self.decoder.new_cache(1, block).bytes_per_position() * block;
+        if budget != 0 && budget < least {
+            return Err(EngineError::LoadOption {
+                option: "prefixCacheBytes",
+                message: format!(
+                    "{budget} bytes cannot hold one sequence: this model's KV cache grows by {block} positions, \
+                     {least} bytes; give at least that, or 0 to keep no prefixes"
+                ),
+            });
+        }
+        self.prefixes = PrefixCache::new(budget);
+        Ok(self)
+    }
+
+    /// The kept KV states (see [`super::prefix_cache`]).
+    pub fn prefix_cache(&self) -> &PrefixCache {
+        &self.prefixes
     }
 
     /// What requests are validated against.
@@ -251,10 +282,12 @@ impl Model {
         }
         Ok(ChatStream {
             header: self.header("chatcmpl-", &req.common),
-            generation: match constraints {
-                None => Generation::new(self.decoder.clone(), self.tokenizer.clone(), ids, params),
-                Some(c) => {
-                    Generation::new(self.decoder.clone(), self.tokenizer.clone(), ids, params).constrained(c)
+            generation: {
+                let g = Generation::new(self.decoder.clone(), self.tokenizer.clone(), ids, params)
+                    .reusing(self.prefixes.clone());
+                match constraints {
+                    None => g,
+                    Some(c) => g.constrained(c),
                 }
             },
             tokenizer: self.tokenizer.clone(),
@@ -316,7 +349,8 @@ impl Model {
                 req.echo && req.logprobs.is_some(),
             );
             runs.push_back(PromptRun {
-                generation: Generation::new(self.decoder.clone(), self.tokenizer.clone(), ids, params),
+                generation: Generation::new(self.decoder.clone(), self.tokenizer.clone(), ids, params)
+                    .reusing(self.prefixes.clone()),
                 echo: req.echo.then_some(text),
                 first_index: i * req.common.n,
             });
@@ -328,6 +362,7 @@ impl Model {
             logprobs: req.logprobs.is_some(),
             queue: VecDeque::new(),
             prompt_tokens: 0,
+            cached_tokens: 0,
             completion_tokens: 0,
             started: false,
             finished: false,

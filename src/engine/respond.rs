@@ -51,9 +51,10 @@ pub fn fingerprint() -> String {
     format!("fp_kiln_{}", env!("CARGO_PKG_VERSION").replace('.', "_"))
 }
 
-/// `usage` of a stream: `reasoning` of the completion tokens were spent thinking.
-fn usage(prompt: usize, completion: usize, reasoning: u32) -> Usage {
-    Usage::new(prompt as u32, completion as u32, 0, reasoning)
+/// `usage` of a stream: `cached` of the prompt tokens came from the prefix cache, `reasoning` of the
+/// completion tokens were spent thinking.
+fn usage(prompt: usize, cached: usize, completion: usize, reasoning: u32) -> Usage {
+    Usage::new(prompt as u32, completion as u32, cached as u32, reasoning)
 }
 
 fn chat_token(tok: &ModelTokenizer, t: &TokenOut) -> TokenLogprob {
@@ -181,6 +182,7 @@ impl ChatStream {
                         let reasoning = self.texts.iter().map(|t| t.reasoning_tokens).sum();
                         let u = usage(
                             self.generation.prompt_len(),
+                            self.generation.cached_tokens(),
                             self.generation.completion_tokens(),
                             reasoning,
                         );
@@ -293,6 +295,8 @@ pub struct CompletionStream {
     pub(crate) logprobs: bool,
     pub(crate) queue: VecDeque<Completion>,
     pub(crate) prompt_tokens: usize,
+    /// Of those, the tokens the prefix cache held.
+    pub(crate) cached_tokens: usize,
     pub(crate) completion_tokens: usize,
     pub(crate) started: bool,
     pub(crate) finished: bool,
@@ -351,7 +355,7 @@ impl CompletionStream {
             let Some(run) = self.runs.front_mut() else {
                 self.finished = true;
                 if self.header.include_usage {
-                    let u = usage(self.prompt_tokens, self.completion_tokens, 0);
+                    let u = usage(self.prompt_tokens, self.cached_tokens, self.completion_tokens, 0);
                     self.queue.push_back(self.chunk(Vec::new(), Some(u)));
                 }
                 continue;
@@ -367,6 +371,7 @@ impl CompletionStream {
                     let done = self.runs.pop_front();
                     if let Some(r) = done {
                         self.prompt_tokens += r.generation.prompt_len();
+                        self.cached_tokens += r.generation.cached_tokens();
                         self.completion_tokens += r.generation.completion_tokens();
                     }
                     self.started = false;

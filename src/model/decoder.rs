@@ -180,6 +180,12 @@ impl Decoder {
         )
     }
 
+    /// Whether keys cached in a cache of `a` positions are valid in one of `b` positions (the rope
+    /// tables agree; see [`RopeTable::same_table`]), so that a kept prefix can serve a new request.
+    pub fn same_positions(&self, a: usize, b: usize) -> bool {
+        self.ropes.iter().all(|t| t.same_table(a, b))
+    }
+
     /// Runs `tokens` (`b` rows of `s` ids) after what `cache` holds, appending to it. Returns logits
     /// `[b, s, V]` when `all_positions`, else `[b, 1, V]` for the last position.
     pub fn forward(

@@ -282,6 +282,28 @@ impl KilnModel {
         to_js(&self.device)
     }
 
+    /// The `prefixCacheBytes` load option: this model, keeping the KV states of recent sequences in up to
+    /// `bytes` bytes for prompts that start with one (0: none). Consumes this object. A value that is not
+    /// a whole number of bytes, or too small for one sequence, is a 422 naming `prefixCacheBytes`.
+    #[wasm_bindgen(js_name = withPrefixCache)]
+    pub fn with_prefix_cache(self, bytes: f64) -> Result<KilnModel, JsValue> {
+        let invalid = |message: String| api_error(&ApiError::invalid("prefixCacheBytes", message));
+        if !(bytes.is_finite() && bytes >= 0.0 && bytes.fract() == 0.0 && bytes <= usize::MAX as f64) {
+            return Err(invalid(format!(
+                "`prefixCacheBytes` must be a whole number of bytes (0 or more), not {bytes}"
+            )));
+        }
+        let model = Rc::try_unwrap(self.model)
+            .map_err(|_| invalid("the prefix cache is set at load, before any request".into()))?;
+        let model = model
+            .with_prefix_cache(bytes as usize)
+            .map_err(|e| invalid(e.to_string()))?;
+        Ok(KilnModel {
+            model: Rc::new(model),
+            device: self.device,
+        })
+    }
+
     /// The `chatTemplate` load option: this model, serving chat requests with `source` (a Jinja chat
     /// template) instead of its own or where it has none. Consumes this object. An invalid template is a
     /// 422 naming `chatTemplate`.

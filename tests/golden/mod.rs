@@ -243,3 +243,44 @@ fn replace(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
     out[at..at + from.len()].copy_from_slice(to);
     out
 }
+
+/// Prefix reuse (the engine's prefix cache): the golden prompt's first half runs into a cache that then ran
+/// other tokens; cut back to that half (as a continued kept sequence is) or copied out of it (as a left
+/// one is), the cache runs the rest of the prompt as one chunk at a nonzero position, and the 64 greedy
+/// tokens still equal transformers'. The chunk crosses Gemma 3's window of 5.
+pub async fn reused_prefix_greedy_matches(f: &Fixture, device: &Device) {
+    let (decoder, golden) = load(f, device);
+    let (prompt, n) = (&golden.prompt_ids, golden.greedy_ids.len());
+    let half = prompt.len() / 2;
+    let capacity = prompt.len() + n;
+    for copied in [false, true] {
+        let mut cache = decoder.new_cache(1, capacity);
+        let other: Vec<u32> = prompt[..half].iter().chain(&prompt[..3]).copied().collect();
+        decoder
+            .forward(&[other], &mut cache, false)
+            .expect("the other sequence");
+        let mut cache = match copied {
+            true => cache.copy_prefix(half),
+            false => {
+                cache.truncate(half);
+                cache
+            }
+        };
+        let mut logits = decoder
+            .forward(&[prompt[half..].to_vec()], &mut cache, false)
+            .expect("the rest of the prompt");
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            let next = argmax(&read(logits).await);
+            out.push(next);
+            logits = decoder
+                .forward(&[vec![next]], &mut cache, false)
+                .expect("decode step");
+        }
+        assert_eq!(
+            out, golden.greedy_ids,
+            "{}: greedy after a reused prefix (copied: {copied})",
+            f.name
+        );
+    }
+}

@@ -36,7 +36,9 @@ pub const USAGE: &str = "  bench   kiln (browser WebGPU + CPU, native wgpu + fle
           --runs N (5) --warmup N (1) --tokens N (128) --prompts 64,512   --models q4_1,q4_k_m (default) [,gemma3]
           gemma3: Gemma 3 270M Q4_K_M, the real llama.cpp file (253 MB); not in the default list, e.g.
             --models gemma3 --only kiln-cpu,wllama --wllama cpu   (the browser CPU paths, peak wasm memory)
-          --only kiln-webgpu,kiln-cpu,wllama,native-wgpu,native-flex   --wllama auto|webgpu|cpu   --threads N (1)
+          --only kiln-webgpu,kiln-cpu,wllama,native-wgpu,native-flex,kiln-chat   --wllama auto|webgpu|cpu   --threads N (1)
+          kiln-chat: a 10-turn chat (~60-token user turns, 64-token answers) in Chromium on the CPU backend,
+            each turn's TTFT with and without the prefix cache (SmolLM2 Q4_1 only)
           --no-opt (package without wasm-opt)   --no-build (use pkg/ as it is)   --release (native in release)";
 
 /// The models by `--models` name: the default model, the Q4_K_M file `fetch` derives from it, and Gemma 3
@@ -50,6 +52,8 @@ const MODELS: [(&str, &str); 3] = [
 /// default run keeps its length.
 const DEFAULT_MODELS: [&str; 2] = ["q4_1", "q4_k_m"];
 const ALL: [&str; 5] = ["kiln-webgpu", "kiln-cpu", "wllama", "native-wgpu", "native-flex"];
+/// The multi-turn chat workload (`bench_chat`), beside the table's columns.
+const CHAT: &str = "kiln-chat";
 
 struct Opts {
     runs: usize,
@@ -72,7 +76,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         tokens: 128,
         prompts: vec![64, 512],
         models: DEFAULT_MODELS.iter().map(|m| m.to_string()).collect(),
-        only: ALL.iter().map(|s| s.to_string()).collect(),
+        only: ALL.iter().chain(&[CHAT]).map(|s| s.to_string()).collect(),
         wllama: "auto".into(),
         threads: 1,
         opt: pkg::Opt::Release,
@@ -98,9 +102,9 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             _ => return Err(format!("unexpected argument `{flag}`\n{USAGE}")),
         }
     }
-    if let Some(bad) = o.only.iter().find(|c| !ALL.contains(&c.as_str())) {
+    if let Some(bad) = o.only.iter().find(|c| !ALL.contains(&c.as_str()) && *c != CHAT) {
         return Err(format!(
-            "unknown configuration `{bad}` (one of {})",
+            "unknown configuration `{bad}` (one of {}, {CHAT})",
             ALL.join(", ")
         ));
     }
@@ -194,9 +198,9 @@ fn bench_model(
         results.insert(config.into(), value);
     }
 
-    let browser: Vec<&str> = ["kiln-webgpu", "kiln-cpu", "wllama"]
+    let browser: Vec<&str> = ["kiln-webgpu", "kiln-cpu", "wllama", CHAT]
         .into_iter()
-        .filter(|c| wants(c))
+        .filter(|c| wants(c) && (*c != CHAT || file == data::SMOLLM2))
         .collect();
     let mut environment = json!({});
     let mut packages = json!({});
@@ -208,6 +212,7 @@ fn bench_model(
         let spec = json!({
             "root": root, "cache": cache, "model": file, "prompts": prompts, "tokens": o.tokens,
             "runs": o.runs, "warmup": o.warmup, "configs": browser, "wllama": o.wllama, "threads": o.threads,
+            "chat_turns": crate::bench_chat::TURNS, "chat_tokens": crate::bench_chat::TOKENS,
         });
         write_json(&config, &spec)?;
         let status = run(Command::new("node")
@@ -231,6 +236,7 @@ fn bench_model(
         }
     }
 
+    let chat = results.remove(CHAT);
     let columns: Vec<Value> = ALL
         .iter()
         .filter(|c| wants(c))
@@ -243,8 +249,12 @@ fn bench_model(
         "environment": environment,
         "packages": packages,
         "columns": columns,
+        "chat": chat,
     });
-    let table = table(&report, &o.prompts);
+    let mut table = table(&report, &o.prompts);
+    if let Some(chat) = &chat {
+        table += &crate::bench_chat::table(chat);
+    }
     Ok((report, table))
 }
 

@@ -13,6 +13,7 @@
 //! - `setup`: only the installation step.
 
 mod bench;
+mod bench_chat;
 mod data;
 mod gpu_bench;
 mod pkg;

@@ -123,6 +123,47 @@ impl KvCache {
         self.len += s;
     }
 
+    /// Forgets positions from `len` on (they stay allocated, and the next append overwrites them).
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    /// Bytes one cached position takes over every layer and row (keys and values, f32).
+    pub fn bytes_per_position(&self) -> usize {
+        4 * 2 * self.layers.len() * self.batch * self.kv_heads * self.head_dim
+    }
+
+    /// A cache of its own (new tensors: writing into one never touches the other) holding row 0's
+    /// positions `0..len` (at most [`KvCache::len`]), room for them rounded up to a [`BLOCK`], and this
+    /// cache's capacity.
+    pub fn copy_prefix(&self, len: usize) -> KvCache {
+        let len = len.min(self.len);
+        let mut out = KvCache::new(
+            self.layers.len(),
+            1,
+            self.kv_heads,
+            self.head_dim,
+            self.capacity,
+            &self.device,
+        );
+        if len == 0 {
+            return out;
+        }
+        out.reserve(len);
+        let (k, d) = (self.kv_heads, self.head_dim);
+        for (mine, theirs) in out.layers.iter_mut().zip(&self.layers) {
+            if let (Some((keys, values)), Some((src_k, src_v))) = (mine.take(), theirs) {
+                let part = |t: &Tensor<4>| t.clone().narrow(0, 0, 1).narrow(2, 0, len);
+                *mine = Some((
+                    keys.slice_assign([0..1, 0..k, 0..len, 0..d], part(src_k)),
+                    values.slice_assign([0..1, 0..k, 0..len, 0..d], part(src_v)),
+                ));
+            }
+        }
+        out.len = len;
+        out
+    }
+
     /// Repeats the (single) cached row `n` times, so that `n` sequences continue from one shared prefill.
     pub fn repeat_rows(&mut self, n: usize) {
         self.map_rows(n, |t| t.repeat_dim(0, n));

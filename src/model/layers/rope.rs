@@ -268,6 +268,12 @@ impl RopeTable {
         )
     }
 
+    /// Whether caches of `a` and of `b` positions rotate by the same table (keys cached under one serve
+    /// the other): always, except across a LongRoPE's switch from its short to its long factors.
+    pub fn same_table(&self, a: usize, b: usize) -> bool {
+        self.long.is_none() || self.rope.long(a) == self.rope.long(b)
+    }
+
     /// Whether the fused decode kernels can take this rope (one table).
     pub fn plain_tables(&self) -> bool {
         self.long.is_none()
