@@ -297,7 +297,7 @@ impl Model {
                 .map(|_| {
                     let text = ChoiceText::new(syntax.as_ref(), &prompt);
                     match &tools {
-                        Some(t) => text.with_tools(t.parser()),
+                        Some(t) => text.with_tools(t.parser(), !t.forced),
                         None => text,
                     }
                 })
