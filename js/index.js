@@ -21,6 +21,14 @@ export class KilnError extends Error {
 const isErrorBody = (e) => e !== null && typeof e === 'object' && 'status' in e && typeof e.error === 'object';
 const toError = (e) => (isErrorBody(e) ? new KilnError(e) : e instanceof Error ? e : new Error(String(e)));
 const abortError = () => new DOMException('The request was aborted', 'AbortError');
+/** What a request on an engine without a model gets (after `unload()`, or a worker with none loaded). */
+export const notLoadedError = () => new KilnError({
+  status: 400,
+  error: {
+    message: 'no model is loaded: this engine was unloaded (`unload()`); load one with `load(...)` first',
+    type: 'invalid_request_error', param: null, code: 'model_not_loaded',
+  },
+});
 
 /** Whether this browser runs WebAssembly SIMD (a 128-bit `i8x16.popcnt` module validates). */
 const hasSimd = () => WebAssembly.validate(new Uint8Array([
@@ -302,26 +310,28 @@ export class Engine {
   }
 
   /** The id requests name in `model`. */
-  get model() { return this.#model.id; }
+  get model() { return this.#model?.id ?? null; }
 
   /** The device the model runs on: `{ kind, backend, adapter, deviceType, shaderF16, limits, gemv }`. */
-  get device() { return this.#model.device; }
+  get device() { return this.#model?.device ?? null; }
 
   /**
    * The model's bytes now: `{ weightBytes, prefixCacheBytes, deviceBytesInUse, deviceBytesReserved }` (weights
    * as held on the device, quantized blocks packed; the kept KV states of the prefix cache; the device
    * allocator's figures, `null` on the CPU backend).
    */
-  get memory() { return this.#model.memory; }
+  get memory() { return this.#model?.memory ?? null; }
 
   /** Frees the model's device memory; the engine cannot be used afterwards. */
   async unload() {
     const release = await this.#queue.acquire();
-    this.#model.free();
+    this.#model?.free();
+    this.#model = null;
     release();
   }
 
   async #create(kind, request, { signal } = {}) {
+    if (!this.#model) throw notLoadedError();
     // Validation happens here, before any device work and before waiting for earlier requests.
     let stream;
     try {

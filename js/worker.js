@@ -5,7 +5,7 @@
 //        | { kiln: 'abort' } | { kiln: 'unload' }
 //   out: { kiln: 'progress', progress } | { kiln: 'result', value } | { kiln: 'stream' }
 //        | { kiln: 'chunk', chunk } | { kiln: 'end' } | { kiln: 'error', error }
-import { Engine, errorMessage } from './index.js';
+import { Engine, errorMessage, notLoadedError } from './index.js';
 
 let engine = null;
 /** Request id → its AbortController, while the request runs. */
@@ -22,7 +22,7 @@ async function load(id, { options, progress }) {
 }
 
 async function create(id, { kind, request }) {
-  if (!engine) throw new Error('no model is loaded in this worker');
+  if (!engine) throw notLoadedError();
   const controller = new AbortController();
   running.set(id, controller);
   try {

@@ -75,7 +75,13 @@ async function cases(mode) {
     // JSON mode: llguidance's masks run in the browser too; the reply parses as an object.
     const json = await engine.chat.completions.create({ ...req, response_format: { type: 'json_object' }, max_tokens: 150, temperature: 1, seed: 5 });
     const device = engine.device;
+    const prefixBytes = engine.memory.prefixCacheBytes;
     await engine.unload();
+    // A request on the unloaded engine: a clear error, not a crash.
+    const unloaded = await engine.chat.completions.create(req).then(
+      () => null,
+      (e) => ({ isKilnError: e instanceof KilnError, status: e.status, code: e.code }),
+    );
     // The CPU backend, loaded through the Cache API: the file is then in the cache, and a second load
     // from it gives the same model.
     const cacheName = 'kiln-models';
@@ -146,8 +152,18 @@ async function cases(mode) {
     } catch (e) {
       templateError = { status: e.status, param: e.param };
     }
+    // `prefixCacheBytes`: not a byte count, or too small for one sequence: a 422 naming it.
+    const prefixErrors = [];
+    for (const prefixCacheBytes of [-1, 1.5, 1000]) {
+      try {
+        await (await load({ model: 'tiny', source: '/fixtures/gguf/tiny-llama.gguf', device: 'cpu', prefixCacheBytes })).unload();
+        prefixErrors.push(null);
+      } catch (e) {
+        prefixErrors.push({ status: e.status, param: e.param });
+      }
+    }
     return {
-      plainPromptTokens: plainChat.usage.prompt_tokens, templateError,
+      plainPromptTokens: plainChat.usage.prompt_tokens, templateError, prefixErrors, prefixBytes, unloaded,
       denseBytes, q8Bytes, q8Completion, quantizeErrors, sourceErrors,
       progress, device, full, streamed, chunks, completion, completionStreamed, error, aborted, seen,
       runningDone, queuedAbort, after, a, b, onCpu, cpuDevice, hfProgress, hfCompletion, golden, json, cached, fromCache,
@@ -220,6 +236,12 @@ for (const mode of (process.env.KILN_E2E_MODES ?? 'main,worker').split(',')) {
       assert.equal(text(r.runningDone), text(r.full), 'the request ahead of an aborted one completes');
       assert.equal(r.queuedAbort, 'AbortError', 'a queued request aborted before its turn rejects');
       assert.equal(text(r.after), text(r.full), 'the request after an abort is exact');
+      // The prefix cache: the first request ran cold; the same prompt later reused all but its last token.
+      assert.equal(r.full.usage.prompt_tokens_details.cached_tokens, 0);
+      assert.equal(r.after.usage.prompt_tokens_details.cached_tokens, r.after.usage.prompt_tokens - 1);
+      assert.ok(r.prefixBytes > 0, 'memory reports the kept states');
+      assert.deepEqual(r.unloaded, { isKilnError: true, status: 400, code: 'model_not_loaded' });
+      for (const e of r.prefixErrors) assert.deepEqual(e, { status: 422, param: 'prefixCacheBytes' }, JSON.stringify(r.prefixErrors));
       assert.equal(text(r.a), text(r.full));
       assert.equal(r.b.choices[0].text, r.completion.choices[0].text);
       assert.equal(r.cpuDevice.kind, 'cpu');
@@ -301,3 +323,77 @@ for (const device of ['webgpu', 'cpu']) {
     }
   });
 }
+
+/**
+ * Runs in a page: 100 sequential requests on one engine on WebGPU (completions and multi-turn chats that the
+ * prefix cache reuses, full and streamed, every fourth stream abandoned after two chunks, prompts of many
+ * lengths), sampling the wasm memory and the device's buffers after each.
+ */
+async function hundredRequests() {
+  const { Engine } = await import('/pkg/index.js');
+  const wasm = await (await import('/pkg/kiln.js')).default();
+  const engine = await Engine.load({ model: 'tiny', source: '/fixtures/gguf/tiny-llama.gguf', device: 'webgpu' });
+  const noSpecial = { 0: -100, 1: -100, 2: -100 };
+  const words = 'the sea was calm and the boat drifted toward a quiet harbour under a grey and patient sky'.split(' ');
+  const samples = [];
+  let chat = [];
+  let aborted = 0;
+  for (let i = 0; i < 100; i++) {
+    const n = 3 + ((i * 7) % 23);
+    const text = Array.from({ length: n }, (_, j) => words[(i + j) % words.length]).join(' ');
+    const stream = i % 2 === 1;
+    let endpoint;
+    let req;
+    if (i % 3 === 0) {
+      endpoint = engine.completions;
+      req = { model: 'tiny', prompt: text, max_tokens: 8, temperature: 0.7, seed: i, logit_bias: noSpecial };
+    } else {
+      if (chat.length > 8) chat = [];
+      chat.push({ role: 'user', content: text });
+      endpoint = engine.chat.completions;
+      req = { model: 'tiny', messages: chat.slice(), max_tokens: 8, temperature: 0, logit_bias: noSpecial };
+    }
+    let answer = '';
+    if (stream) {
+      let seen = 0;
+      for await (const c of await endpoint.create({ ...req, stream: true })) {
+        answer += c.choices[0]?.delta?.content ?? c.choices[0]?.text ?? '';
+        seen += 1;
+        if (i % 4 === 3 && seen === 2) {
+          aborted += 1;
+          break;
+        }
+      }
+    } else {
+      const r = await endpoint.create(req);
+      answer = r.choices[0].message?.content ?? r.choices[0].text;
+    }
+    if (req.messages) chat.push({ role: 'assistant', content: answer });
+    const m = engine.memory;
+    samples.push({ wasm: wasm.memory.buffer.byteLength, inUse: m.deviceBytesInUse, reserved: m.deviceBytesReserved, kept: m.prefixCacheBytes });
+  }
+  await engine.unload();
+  return { samples, aborted };
+}
+
+test('100 sequential requests on one engine (both endpoints, streams, aborts, prefix reuse): memory stays flat', { timeout: 600_000 }, async () => {
+  assert.ok(url, 'KILN_DEMO_URL is set by cargo xtask test');
+  const browser = await launch();
+  try {
+    const page = await browser.newPage();
+    await page.goto(new URL('pkg/package.json', url).href);
+    const { samples, aborted } = await page.evaluate(hundredRequests);
+    assert.equal(samples.length, 100);
+    assert.equal(aborted, 25);
+    const [ten, last] = [samples[9], samples[99]];
+    console.log('memory after 10 and 100 requests:', JSON.stringify({ ten, last }));
+    const within = (a, b, what) => assert.ok(b <= a * 1.05, `${what}: ${b} bytes after 100 requests, ${a} after 10`);
+    within(ten.wasm, last.wasm, 'wasm memory');
+    within(ten.reserved, last.reserved, 'device memory reserved');
+    // In use beside the prefix cache's kept states, which its budget bounds and whose count varies.
+    within(ten.inUse - ten.kept, last.inUse - last.kept, 'device buffers in use');
+    assert.ok(samples.every((s) => s.kept <= 128 * 2 ** 20), 'the kept states stay within the default budget');
+  } finally {
+    await browser.close();
+  }
+});
