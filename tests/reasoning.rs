@@ -47,7 +47,10 @@ fn bias() -> Value {
 
 #[test]
 fn thinking_transcripts_split_in_full_and_streamed_responses() {
-    let m = tiny_qwen3();
+    // Chat and completions must sample the very same logits for a seed: both run cold. (A reused prefix
+    // computes the prompt's last position on its own, which can move a logit by ~1e-6, and seeded sampling
+    // over this random model's flat 151k-token distribution is that sensitive.)
+    let m = tiny_qwen3().with_prefix_cache(0).unwrap();
     let messages = json!([{"role": "user", "content": "What is the capital of France?"}]);
     let chat = chat_request(json!({"model": "qwen3-tiny", "messages": messages}), &m.spec()).unwrap();
     let (prompt_text, prompt_ids) = prompt::chat_prompt(&m.tokenizer, &chat.messages).unwrap();
@@ -195,5 +198,33 @@ fn reasoning_effort_none_and_reasoning_in_history_render_as_qwen3_expects() {
     assert!(
         text.contains("<|im_start|>assistant\n<think>\nTwo and two make four.\n</think>\n\n4<|im_end|>"),
         "{text:?}"
+    );
+}
+
+/// A second turn after a thinking reply reuses the first turn's KV state: the template drops the reasoning
+/// from the history, so the prompts part at the assistant turn, and what came before is not run again.
+#[test]
+fn the_next_turn_after_a_thinking_reply_reuses_the_earlier_prompt() {
+    let m = tiny_qwen3();
+    let run = |messages: &Value| {
+        let body = json!({"model": "qwen3-tiny", "messages": messages, "max_tokens": 10, "temperature": 1,
+                          "seed": 3, "logit_bias": bias()});
+        block_on(m.chat(chat_request(body, &m.spec()).unwrap()).unwrap().collect()).unwrap()
+    };
+    let mut messages = json!([{"role": "user", "content": "What is the capital of France?"}]);
+    let first = run(&messages);
+    let message = &first.choices[0].message;
+    messages.as_array_mut().unwrap().extend([
+        json!({"role": "assistant", "content": message.content.clone().unwrap_or_default(),
+               "reasoning_content": message.reasoning_content}),
+        json!({"role": "user", "content": "And of Italy?"}),
+    ]);
+    let second = run(&messages);
+    let cached = second.usage.prompt_tokens_details.cached_tokens.unwrap();
+    assert!(
+        cached >= first.usage.prompt_tokens - 4 && cached < second.usage.prompt_tokens,
+        "{cached} of {} cached after a first prompt of {}",
+        second.usage.prompt_tokens,
+        first.usage.prompt_tokens
     );
 }

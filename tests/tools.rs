@@ -9,7 +9,9 @@
 //!   their real templates: forced calls parse back and validate;
 //! - with `tool_choice: "auto"` plain text stays content;
 //! - assistant messages with `tool_calls` and `tool` messages with `tool_call_id` render in the history;
-//! - a model whose template has no tool syntax (SmolLM2) refuses `tools` with a 400 naming the field.
+//! - a model whose template has no tool syntax (SmolLM2, the default model) gets the generic format: the
+//!   tools in its system turn, a named call forced and valid, `auto` answering or calling, the history of
+//!   calls and results rendered as plain turns.
 #![cfg(not(target_arch = "wasm32"))]
 
 mod data;
@@ -228,26 +230,82 @@ fn auto_keeps_text_as_content_and_history_with_calls_renders() {
         text.contains("<tool_response>\n{\"temp\": 21}\n</tool_response>"),
         "{text}"
     );
-    let out = chat(
-        &m,
-        json!({"model": "qwen3-tiny", "messages": history, "tools": [weather()], "max_tokens": 4, "temperature": 0}),
-    );
+    let history_body = json!({"model": "qwen3-tiny", "messages": history, "tools": [weather()], "max_tokens": 4, "temperature": 0});
+    let out = chat(&m, history_body.clone());
     assert_eq!(
         out.choices[0].message.role,
         kiln::api::response::AssistantRole::Assistant
     );
+    // The same conversation again reuses its KV state (the tool format's prompt, calls and results), and
+    // answers as before.
+    let again = chat(&m, history_body);
+    assert_eq!(
+        again.usage.prompt_tokens_details.cached_tokens,
+        Some(again.usage.prompt_tokens - 1)
+    );
+    assert_eq!(again.choices[0].message.content, out.choices[0].message.content);
 }
 
 #[test]
-fn tools_are_refused_for_a_template_without_tool_syntax() {
+fn a_template_without_tool_syntax_gets_the_generic_format() {
     let m = Model::from_gguf("smollm2-135m", &data::read(real::SMOLLM2), &Device::flex()).unwrap();
-    let b = json!({"model": "smollm2-135m", "messages": [{"role": "user", "content": "hi"}], "tools": [weather()]});
-    let err = m
-        .chat(chat_request(b, &m.spec()).unwrap())
-        .err()
-        .expect("refused");
-    assert_eq!(err.status(), 400);
-    assert_eq!(err.body().error.param.as_deref(), Some("tools"));
+    let question = json!([{"role": "user", "content": "What is the weather in Paris? Use the tool."}]);
+    let v = schema_of(&weather());
+    // Forced: a named call and `required`, valid against the schema, in the non-streamed and streamed shapes.
+    for choice in [
+        json!({"type": "function", "function": {"name": "get_weather"}}),
+        json!("required"),
+    ] {
+        let out = chat(
+            &m,
+            json!({"model": "smollm2-135m", "messages": question, "tools": [weather(), time()],
+                   "tool_choice": choice, "parallel_tool_calls": false, "max_tokens": 80, "temperature": 0}),
+        );
+        let c = &out.choices[0];
+        assert_eq!(c.finish_reason, FinishReason::ToolCalls, "{choice}: {c:?}");
+        let calls = c.message.tool_calls.as_ref().expect("calls");
+        assert_id(&calls[0].id);
+        let args: Value = serde_json::from_str(&calls[0].function.arguments).unwrap();
+        if calls[0].function.name == "get_weather" {
+            assert!(v.is_valid(&args), "{args}");
+        }
+        eprintln!(
+            "SmolLM2 generic tools, {choice}: {} {args}",
+            calls[0].function.name
+        );
+    }
+    // `auto`: the model may answer or call; either way the response is well formed (a malformed call is
+    // content, not an error).
+    let out = chat(
+        &m,
+        json!({"model": "smollm2-135m", "messages": question, "tools": [weather()], "max_tokens": 60,
+               "temperature": 0}),
+    );
+    let c = &out.choices[0];
+    match &c.message.tool_calls {
+        Some(calls) => assert_eq!(c.finish_reason, FinishReason::ToolCalls, "{calls:?}"),
+        None => assert!(c.message.content.is_some()),
+    }
+    // The prompt: the tools in the system turn; calls and results of the history as plain turns.
+    let history = json!([
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "call_abc", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"unit\": \"celsius\", \"days\": 1}"}}]},
+        {"role": "tool", "tool_call_id": "call_abc", "content": "{\"temp\": 21}"},
+    ]);
+    let out = chat(
+        &m,
+        json!({"model": "smollm2-135m", "messages": history, "tools": [weather()], "max_tokens": 24, "temperature": 0}),
+    );
+    eprintln!(
+        "SmolLM2 after a tool result: {:?}",
+        out.choices[0].message.content
+    );
+    assert!(
+        out.usage.prompt_tokens > 200,
+        "the tools text is in the prompt: {} tokens",
+        out.usage.prompt_tokens
+    );
 }
 
 #[test]

@@ -12,6 +12,7 @@
 //! - [`respond`]: deltas → OpenAI chunks, and full responses as the streams collected.
 //! - [`chat_choice`]: a chat choice's text split into `reasoning_content` and `content` ([`reasoning`]).
 //! - [`tools`]: tool-call formats of model families: detection, incremental parsing, call grammars.
+//! - [`tool_prompt`]: the generic tool format, for templates without tool-call syntax.
 //! - [`tool_use`]: a chat request's `tools` and `tool_choice`: rendering, parsers, forcing grammars.
 //! - [`structured`]: `response_format` → per-choice grammar constraints (llguidance).
 
@@ -29,6 +30,7 @@ pub mod prompt;
 pub mod reasoning;
 pub mod respond;
 pub mod structured;
+pub mod tool_prompt;
 pub mod tool_use;
 pub mod tools;
 

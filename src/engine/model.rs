@@ -252,14 +252,32 @@ impl Model {
         }
         let mut messages: Vec<_> = req.messages.iter().map(super::prompt::template_message).collect();
         super::tool_use::mistral_ids(&mut messages, &self.tokenizer);
+        let generic = tools.as_ref().filter(|t| t.generic);
+        if let Some(t) = generic {
+            messages = super::tool_prompt::messages(&messages, &t.template_tools, t.forced);
+        }
         let inputs = TemplateInputs {
             messages,
-            tools: tools.as_ref().map(|t| t.template_tools.clone()),
+            tools: tools
+                .as_ref()
+                .filter(|t| !t.generic)
+                .map(|t| t.template_tools.clone()),
             add_generation_prompt: true,
             extra,
             ..TemplateInputs::default()
         };
-        let (prompt, ids) = super::prompt::render(&self.tokenizer, inputs)
+        let rendered = match super::prompt::render(&self.tokenizer, inputs.clone()) {
+            // A template that refuses a system role gets the generic tools text in the first user turn.
+            Err(_) if generic.is_some() => super::prompt::render(
+                &self.tokenizer,
+                TemplateInputs {
+                    messages: super::tool_prompt::in_first_user(inputs.messages),
+                    ..inputs
+                },
+            ),
+            other => other,
+        };
+        let (prompt, ids) = rendered
             .map_err(|e| ApiError::cannot_serve(Some("messages"), "invalid_prompt", e.to_string()))?;
         let spec = self.spec();
         let max_new = req

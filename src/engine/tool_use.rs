@@ -1,7 +1,8 @@
 //! Tool calling for a chat request: `tools` rendered through the model's own chat template, the model
 //! family's call syntax recognised in the template ([`super::tools::tool_format`]: Hermes/Qwen
 //! `<tool_call>`, Llama 3 JSON, Mistral `[TOOL_CALLS]`), its output parsed back into `tool_calls`, and
-//! `tool_choice` honoured:
+//! `tool_choice` honoured. A template without tool-call syntax gets the generic format
+//! ([`super::tool_prompt`]: the tools described in the system turn, Hermes syntax as plain text).
 //! - `none`: the tools are not shown to the model and nothing is parsed;
 //! - `auto`: the model answers or calls; its calls are parsed;
 //! - `required`: a grammar forces one call (several with `parallel_tool_calls`, except for Llama 3, whose
@@ -34,6 +35,8 @@ pub struct ToolUse {
     pub schemas: Vec<(String, Value)>,
     pub forced: bool,
     pub parallel: bool,
+    /// The template has no tool syntax: the tools go into the messages ([`super::tool_prompt`]).
+    pub generic: bool,
 }
 
 /// `None` when the request has no tools or `tool_choice: "none"`.
@@ -41,13 +44,8 @@ pub fn tool_use(req: &ValidChat, tok: &ModelTokenizer) -> Result<Option<ToolUse>
     if req.tools.is_empty() || req.tool_choice == ToolChoice::None {
         return Ok(None);
     }
-    let format = tok.template_source().and_then(tool_format).ok_or_else(|| {
-        ApiError::unsupported(
-            "tools",
-            "this model's chat template has no tool-call syntax kiln knows (Hermes/Qwen `<tool_call>`, Llama 3 \
-             JSON, Mistral `[TOOL_CALLS]`)",
-        )
-    })?;
+    let known = tok.template_source().and_then(tool_format);
+    let format = known.unwrap_or(ToolFormat::Hermes);
     if req.response_format != ResponseFormat::Text {
         return Err(ApiError::unsupported(
             "response_format",
@@ -79,6 +77,7 @@ pub fn tool_use(req: &ValidChat, tok: &ModelTokenizer) -> Result<Option<ToolUse>
         parallel: req.parallel_tool_calls
             && req.tool_choice == ToolChoice::Required
             && format != ToolFormat::Llama3Json,
+        generic: known.is_none(),
     }))
 }
 

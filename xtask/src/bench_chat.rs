@@ -35,9 +35,9 @@ pub fn table(chat: &Value) -> String {
         };
         s += &format!(
             "{:>4} | {:>13} | {:>14} | {:>14} | {:>15} | {:>11}\n",
-            c["turn"],
-            c["prompt_tokens"],
-            r["cached_tokens"],
+            c["turn"].to_string(),
+            c["prompt_tokens"].to_string(),
+            r["cached_tokens"].to_string(),
             ms(&c["ttft_ms"]),
             ms(&r["ttft_ms"]),
             ratio
