@@ -84,7 +84,8 @@ async fn golden_models_on_webgpu() {
         let diff = golden::logits_match(f, &gpu.device).await;
         console_log!("WebGPU {}: max |logit - golden| = {diff:e}", f.name);
         golden::greedy_matches(f, &gpu.device).await;
-        golden::reused_prefix_greedy_matches(f, &gpu.device).await;
+        // 8 tokens after the reused prefix: the golden greedy run above already covers 64 decode steps.
+        golden::reused_prefix_greedy_matches(f, &gpu.device, 8).await;
         if let Some(diff) = golden::long_logits_match(f, &gpu.device).await {
             console_log!("WebGPU {}: long prompt: max |logit - golden| = {diff:e}", f.name);
         }

@@ -45,7 +45,7 @@ fn kv_cache_equals_recompute_for_32_steps() {
 #[test]
 fn greedy_after_a_reused_prefix_matches_transformers() {
     for f in fixtures() {
-        pollster::block_on(reused_prefix_greedy_matches(&f, &Device::flex()));
+        pollster::block_on(reused_prefix_greedy_matches(&f, &Device::flex(), 64));
     }
 }
 

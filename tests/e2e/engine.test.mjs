@@ -239,7 +239,8 @@ for (const mode of (process.env.KILN_E2E_MODES ?? 'main,worker').split(',')) {
       // The prefix cache: the first request ran cold; the same prompt later reused all but its last token.
       assert.equal(r.full.usage.prompt_tokens_details.cached_tokens, 0);
       assert.equal(r.after.usage.prompt_tokens_details.cached_tokens, r.after.usage.prompt_tokens - 1);
-      assert.ok(r.prefixBytes > 0, 'memory reports the kept states');
+      // (A WorkerEngine's `memory` is the worker's report at load.)
+      if (mode === 'main') assert.ok(r.prefixBytes > 0, 'memory reports the kept states');
       assert.deepEqual(r.unloaded, { isKilnError: true, status: 400, code: 'model_not_loaded' });
       for (const e of r.prefixErrors) assert.deepEqual(e, { status: 422, param: 'prefixCacheBytes' }, JSON.stringify(r.prefixErrors));
       assert.equal(text(r.a), text(r.full));
@@ -348,7 +349,7 @@ async function hundredRequests() {
       endpoint = engine.completions;
       req = { model: 'tiny', prompt: text, max_tokens: 8, temperature: 0.7, seed: i, logit_bias: noSpecial };
     } else {
-      if (chat.length > 8) chat = [];
+      if (chat.length > 4) chat = []; // within the tiny model's 256 positions
       chat.push({ role: 'user', content: text });
       endpoint = engine.chat.completions;
       req = { model: 'tiny', messages: chat.slice(), max_tokens: 8, temperature: 0, logit_bias: noSpecial };
