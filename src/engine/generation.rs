@@ -107,6 +107,8 @@ pub struct Generation {
     prefixes: Option<PrefixCache>,
     /// Prompt tokens the prefill found cached.
     cached: usize,
+    /// The kept sequence the cache was copied from (replaced by this run's state when kept).
+    source: Option<u64>,
 }
 
 fn no_row() -> EngineError {
@@ -145,6 +147,7 @@ impl Generation {
             prompt_tokens_out: Vec::new(),
             prefixes: None,
             cached: 0,
+            source: None,
         }
     }
 
@@ -172,7 +175,7 @@ impl Generation {
         runner.keep_rows(&[0]);
         let mut tokens = self.prompt.clone();
         tokens.extend(&self.choices[first].fed);
-        prefixes.put(tokens, runner.into_cache());
+        prefixes.put(tokens, runner.into_cache(), self.source);
     }
 
     /// Constrains choice `i` of each to `constraints[i]` (one per choice, built for this request).
@@ -220,6 +223,7 @@ impl Generation {
                     Some(mut r) => {
                         r.cache.capacity = capacity;
                         self.cached = r.cached;
+                        self.source = r.source;
                         r.cache
                     }
                     None => self.decoder.new_cache(1, capacity),

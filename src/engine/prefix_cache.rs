@@ -43,6 +43,8 @@ struct Entry {
     /// One row (`batch` 1) holding `tokens.len()` positions.
     cache: KvCache,
     used: u64,
+    /// Set once, when kept: which entry a later [`Reuse::source`] names.
+    id: u64,
 }
 
 /// A kept state taken for a new prompt: the cache holds the prompt's first `cached` tokens.
@@ -50,6 +52,10 @@ struct Entry {
 pub struct Reuse {
     pub cache: KvCache,
     pub cached: usize,
+    /// The kept sequence it was copied from (`None`: taken out), which the run's own state replaces when
+    /// it is kept ([`PrefixCache::put`]): a prompt that leaves a sequence part way (a regenerated answer,
+    /// a turn the next prompt re-tokenised) continues it.
+    pub source: Option<u64>,
 }
 
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {
@@ -118,23 +124,26 @@ impl PrefixCache {
         }
         store.clock += 1;
         let clock = store.clock;
-        let cache = if shared == store.entries[i].tokens.len() {
+        let (cache, source) = if shared == store.entries[i].tokens.len() {
             let mut cache = store.entries.swap_remove(i).cache;
             cache.truncate(cached);
-            cache
+            (cache, None)
         } else {
             let entry = &mut store.entries[i];
             entry.used = clock;
-            entry.cache.copy_prefix(cached)
+            (entry.cache.copy_prefix(cached), Some(entry.id))
         };
-        Some(Reuse { cache, cached })
+        Some(Reuse {
+            cache,
+            cached,
+            source,
+        })
     }
 
     /// Keeps `cache` (one row) as the state of `tokens` (cut to the positions it holds), dropping the kept
-    /// sequences it supersedes (those sharing at least half their tokens with it: its own earlier turns,
-    /// whose answer the next prompt re-tokenised differently, or an answer regenerated), then evicts least
-    /// recently used states until the budget holds.
-    pub fn put(&self, mut tokens: Vec<u32>, mut cache: KvCache) {
+    /// sequences it supersedes (`source`, the one its prefix was copied from, and those sharing at least
+    /// half their tokens with it), then evicts least recently used states until the budget holds.
+    pub fn put(&self, mut tokens: Vec<u32>, mut cache: KvCache, source: Option<u64>) {
         if cache.batch() != 1 {
             return;
         }
@@ -148,8 +157,13 @@ impl PrefixCache {
         let used = store.clock;
         store
             .entries
-            .retain(|e| 2 * common_prefix(&e.tokens, &tokens) < e.tokens.len());
-        store.entries.push(Entry { tokens, cache, used });
+            .retain(|e| Some(e.id) != source && 2 * common_prefix(&e.tokens, &tokens) < e.tokens.len());
+        store.entries.push(Entry {
+            tokens,
+            cache,
+            used,
+            id: used,
+        });
         let budget = store.budget;
         while store
             .entries
@@ -205,7 +219,7 @@ mod tests {
     fn a_continued_sequence_is_taken_and_a_left_one_copied() {
         let device = Device::flex();
         let prefixes = PrefixCache::new(1 << 20);
-        prefixes.put(vec![1, 2, 3, 4], cache_of(&[1, 2, 3, 4], &device));
+        prefixes.put(vec![1, 2, 3, 4], cache_of(&[1, 2, 3, 4], &device), None);
         assert!(
             prefixes.take(&[9, 1, 2], |_| true).is_none(),
             "no shared first token"
@@ -214,6 +228,18 @@ mod tests {
         let mut copy = prefixes.take(&[1, 2, 7, 8], |_| true).expect("shares two tokens");
         assert_eq!((copy.cached, copy.cache.len), (2, 2));
         assert_eq!(keys(&mut copy.cache), [1, 2]);
+        assert_eq!(prefixes.len(), 1);
+        // The copy's run, kept, replaces the sequence it left.
+        let source = copy.source;
+        assert!(source.is_some());
+        prefixes.put(vec![1, 2, 7, 8], copy.cache, source);
+        assert_eq!(prefixes.len(), 1);
+        assert!(
+            prefixes
+                .take(&[1, 2, 3, 4, 5], |_| true)
+                .is_some_and(|r| r.cached == 2)
+        );
+        prefixes.put(vec![1, 2, 3, 4], cache_of(&[1, 2, 3, 4], &device), None);
         assert_eq!(prefixes.len(), 1);
         // The same prompt again: all but its last token, taken out.
         let same = prefixes
@@ -225,7 +251,7 @@ mod tests {
             "a continued sequence is moved out, never shared"
         );
         // A refused entry (another rope table) is not used.
-        prefixes.put(vec![1, 2, 3], cache_of(&[1, 2, 3], &device));
+        prefixes.put(vec![1, 2, 3], cache_of(&[1, 2, 3], &device), None);
         assert!(prefixes.take(&[1, 2, 3, 4], |_| false).is_none());
         let longer = prefixes.take(&[1, 2, 3, 4, 5], |_| true).expect("continues it");
         assert_eq!(longer.cached, 3);
@@ -236,30 +262,30 @@ mod tests {
         let device = Device::flex();
         let one = cache_of(&[1], &device).device_bytes();
         let prefixes = PrefixCache::new(2 * one);
-        prefixes.put(vec![1, 2], cache_of(&[1, 2], &device));
-        prefixes.put(vec![1, 2, 3], cache_of(&[1, 2, 3], &device));
+        prefixes.put(vec![1, 2], cache_of(&[1, 2], &device), None);
+        prefixes.put(vec![1, 2, 3], cache_of(&[1, 2, 3], &device), None);
         assert_eq!(prefixes.len(), 1, "[1, 2, 3] replaces its own prefix [1, 2]");
-        prefixes.put(vec![1, 2, 4, 5], cache_of(&[1, 2, 4, 5], &device));
+        prefixes.put(vec![1, 2, 4, 5], cache_of(&[1, 2, 4, 5], &device), None);
         assert_eq!(
             prefixes.len(),
             1,
             "[1, 2, 4, 5] shares two of [1, 2, 3]'s three tokens"
         );
-        prefixes.put(vec![1, 2, 3], cache_of(&[1, 2, 3], &device));
+        prefixes.put(vec![1, 2, 3], cache_of(&[1, 2, 3], &device), None);
         assert_eq!(prefixes.len(), 1, "and [1, 2, 3] shares half of [1, 2, 4, 5]'s");
-        prefixes.put(vec![1, 7, 8], cache_of(&[1, 7, 8], &device));
+        prefixes.put(vec![1, 7, 8], cache_of(&[1, 7, 8], &device), None);
         assert_eq!(
             prefixes.len(),
             2,
             "[1, 7, 8] shares a third of [1, 2, 3]: both are kept"
         );
         prefixes.clear();
-        prefixes.put(vec![1, 2, 3], cache_of(&[1, 2, 3], &device));
-        prefixes.put(vec![5, 6], cache_of(&[5, 6], &device));
+        prefixes.put(vec![1, 2, 3], cache_of(&[1, 2, 3], &device), None);
+        prefixes.put(vec![5, 6], cache_of(&[5, 6], &device), None);
         // [1, 2, 3] is used again, so [5, 6] is the oldest when a third sequence arrives.
         let taken = prefixes.take(&[1, 2, 9], |_| true).expect("shared");
         assert_eq!(taken.cached, 2);
-        prefixes.put(vec![7], cache_of(&[7], &device));
+        prefixes.put(vec![7], cache_of(&[7], &device), None);
         assert_eq!(prefixes.len(), 2);
         assert!(
             prefixes.take(&[5, 6, 1], |_| true).is_none(),
@@ -268,10 +294,10 @@ mod tests {
         assert!(prefixes.bytes() <= prefixes.budget());
         // Tokens beyond the cached positions are cut; a cache of several rows is not kept.
         let nothing = PrefixCache::new(0);
-        nothing.put(vec![1, 2], cache_of(&[1, 2], &device));
+        nothing.put(vec![1, 2], cache_of(&[1, 2], &device), None);
         assert!(nothing.is_empty(), "a budget of 0 keeps nothing");
         prefixes.clear();
-        prefixes.put(vec![1, 2, 3, 4, 5], cache_of(&[1, 2], &device));
+        prefixes.put(vec![1, 2, 3, 4, 5], cache_of(&[1, 2], &device), None);
         let cut = prefixes.take(&[1, 2, 3, 4, 5, 6], |_| true).expect("shared");
         assert_eq!(cut.cached, 2, "only the two positions the cache held");
     }
