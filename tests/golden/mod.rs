@@ -131,22 +131,31 @@ pub async fn long_logits_match(f: &Fixture, device: &Device) -> Option<f32> {
     Some(diff)
 }
 
-/// 64 greedy tokens with the KV cache (prefill, then one-token steps) equal transformers'.
-pub async fn greedy_matches(f: &Fixture, device: &Device) {
-    let (decoder, golden) = load(f, device);
-    let n = golden.greedy_ids.len();
-    let mut cache = decoder.new_cache(1, golden.prompt_ids.len() + n);
+/// Runs `tokens` after what `cache` holds, then `n` greedy one-token steps; the greedy ids.
+async fn greedy_after(
+    decoder: &Decoder,
+    cache: &mut kiln::model::KvCache,
+    tokens: &[u32],
+    n: usize,
+) -> Vec<u32> {
     let mut logits = decoder
-        .forward(std::slice::from_ref(&golden.prompt_ids), &mut cache, false)
+        .forward(&[tokens.to_vec()], cache, false)
         .expect("prefill");
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
         let next = argmax(&read(logits).await);
         out.push(next);
-        logits = decoder
-            .forward(&[vec![next]], &mut cache, false)
-            .expect("decode step");
+        logits = decoder.forward(&[vec![next]], cache, false).expect("decode step");
     }
+    out
+}
+
+/// 64 greedy tokens with the KV cache (prefill, then one-token steps) equal transformers'.
+pub async fn greedy_matches(f: &Fixture, device: &Device) {
+    let (decoder, golden) = load(f, device);
+    let n = golden.greedy_ids.len();
+    let mut cache = decoder.new_cache(1, golden.prompt_ids.len() + n);
+    let out = greedy_after(&decoder, &mut cache, &golden.prompt_ids, n).await;
     assert_eq!(out, golden.greedy_ids, "{}: greedy continuation", f.name);
 }
 
@@ -266,17 +275,7 @@ pub async fn reused_prefix_greedy_matches(f: &Fixture, device: &Device, steps: u
                 cache
             }
         };
-        let mut logits = decoder
-            .forward(&[prompt[half..].to_vec()], &mut cache, false)
-            .expect("the rest of the prompt");
-        let mut out = Vec::with_capacity(n);
-        for _ in 0..n {
-            let next = argmax(&read(logits).await);
-            out.push(next);
-            logits = decoder
-                .forward(&[vec![next]], &mut cache, false)
-                .expect("decode step");
-        }
+        let out = greedy_after(&decoder, &mut cache, &prompt[half..], n).await;
         assert_eq!(
             out,
             golden.greedy_ids[..n],
