@@ -22,7 +22,7 @@ mod native {
     use std::time::Instant;
 
     use kiln::api::completion_request;
-    use kiln::engine::Model;
+    use kiln::engine::LoadedModel;
     use kiln::engine::{counters, device};
     use kiln::loader::Gguf;
     use kiln::model::SelectOnDevice;
@@ -188,7 +188,7 @@ mod native {
         };
         // Every run prefills its prompt cold: the same prompt runs several times, and the prefix cache
         // would serve the later runs (the chat workload of `cargo xtask bench` measures reuse).
-        let mut model = Model::from_gguf("bench", &bytes, &dev)
+        let mut model = LoadedModel::from_gguf("bench", &bytes, &dev)
             .and_then(|m| m.with_prefix_cache(0))
             .map_err(|e| e.to_string())?;
         model.decoder.set_fused(a.fused);

@@ -8,7 +8,7 @@ fn main() -> Result<(), String> {
     use std::time::Instant;
 
     use kiln::api::completion_request;
-    use kiln::engine::{Model, device};
+    use kiln::engine::{LoadedModel, device};
     use kiln::loader::Gguf;
     use kiln::tokenizer::ModelTokenizer;
     use pollster::block_on;
@@ -41,7 +41,7 @@ fn main() -> Result<(), String> {
     let tok = ModelTokenizer::from_gguf(&Gguf::parse(&bytes).map_err(|e| e.to_string())?)
         .map_err(|e| e.to_string())?;
     let ids = tok.encode(&prompt, true).map_err(|e| e.to_string())?;
-    let model = Model::from_gguf("m", &bytes, &device).map_err(|e| e.to_string())?;
+    let model = LoadedModel::from_gguf("m", &bytes, &device).map_err(|e| e.to_string())?;
     eprintln!(
         "loaded in {:.0} ms; prompt ids {ids:?}",
         started.elapsed().as_secs_f64() * 1e3

@@ -10,7 +10,7 @@ fn main() {
     use std::time::Instant;
 
     use burn::tensor::{Distribution, Tensor};
-    use kiln::engine::Model;
+    use kiln::engine::LoadedModel;
     use kiln::kernels::gpu;
     use kiln::loader::GgmlType;
     use pollster::block_on;
@@ -20,7 +20,7 @@ fn main() {
     let steps: usize = args.next().map_or(8, |s| s.parse().expect("steps"));
     let bytes = std::fs::read(&path).expect("read model");
     let dev = block_on(kiln::engine::device::gpu()).expect("wgpu").device;
-    let model = Model::from_gguf("p", &bytes, &dev).expect("load");
+    let model = LoadedModel::from_gguf("p", &bytes, &dev).expect("load");
     let mut generic = model.decoder.clone();
     generic.set_fused(false);
     // PROFILE_GENERIC=1: the generic burn-op step instead of the fused kernels.

@@ -24,7 +24,7 @@ mod native {
     use std::time::Instant;
 
     use kiln::engine::counters;
-    use kiln::engine::generate::{Readout, Runner, greedy_ids};
+    use kiln::engine::runner::{Readout, Runner, greedy_ids};
     use kiln::kernels::gpu::{GemvLayout, gemv_layout, set_gemv_layout};
     use kiln::loader::quantize::{Quantizing, quantize_type};
     use kiln::loader::{GgmlType, LoadError, RawTensor, Weights};

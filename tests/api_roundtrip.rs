@@ -37,11 +37,11 @@ fn norm(v: &Value) -> Value {
 
 /// Parses `input`, checks it serialises to `canonical`, that `canonical` parses to the same value, and that
 /// the request validates.
-fn roundtrip<T: serde::Serialize + PartialEq + std::fmt::Debug, V>(
+fn roundtrip<T: serde::Serialize + PartialEq + std::fmt::Debug + Clone, V>(
     input: Value,
     canonical: Value,
     parse: fn(Value) -> Result<T, ApiError>,
-    validate: fn(&T, &ModelSpec) -> Result<V, ApiError>,
+    validate: fn(T, &ModelSpec) -> Result<V, ApiError>,
 ) -> T {
     let parsed = parse(input.clone()).unwrap_or_else(|e| panic!("{input}: {e:?}"));
     assert_eq!(
@@ -54,7 +54,7 @@ fn roundtrip<T: serde::Serialize + PartialEq + std::fmt::Debug, V>(
         parsed,
         "reparse of {canonical}"
     );
-    if let Err(e) = validate(&parsed, &spec()) {
+    if let Err(e) = validate(parsed.clone(), &spec()) {
         panic!("{input} does not validate: {e:?}");
     }
     parsed
@@ -117,7 +117,7 @@ fn chat_request_with_every_field() {
     });
     let parsed = chat_roundtrip(full.clone(), full);
     // Fields the api layer resolves.
-    let valid = validate_chat(&parsed, &spec()).unwrap();
+    let valid = validate_chat(parsed, &spec()).unwrap();
     assert_eq!(
         valid.common.max_tokens,
         Some(50),
@@ -184,7 +184,7 @@ fn chat_union_forms() {
     ] {
         let v = base(json!({ "service_tier": tier }));
         let parsed = chat_roundtrip(v.clone(), v);
-        let valid = validate_chat(&parsed, &spec()).unwrap();
+        let valid = validate_chat(parsed, &spec()).unwrap();
         assert_eq!(
             serde_json::to_value(valid.common.response_tier()).unwrap(),
             reported
@@ -235,7 +235,7 @@ fn completion_request_with_every_field_and_prompt_form() {
         "suffix": ""
     });
     let parsed = completion_roundtrip(full.clone(), full);
-    let valid = validate_completion(&parsed, &spec()).unwrap();
+    let valid = validate_completion(parsed, &spec()).unwrap();
     assert_eq!((valid.common.n, valid.logprobs, valid.echo), (3, Some(5), true));
     assert_eq!(valid.common.sampling.temperature, 0.0);
     assert!(!valid.common.include_usage);

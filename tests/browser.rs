@@ -169,6 +169,70 @@ fn json(value: &wasm_bindgen::JsValue) -> serde_json::Value {
     serde_json::from_str(&String::from(js_sys::JSON::stringify(value).expect("stringify"))).expect("JSON")
 }
 
+/// Requests go from the JS object to the typed request with no JSON in between: shape errors still name
+/// the field path, a body that is not an object is refused, and `undefined` reads as absent.
+#[wasm_bindgen_test]
+async fn js_requests_parse_straight_into_the_request_types() {
+    use kiln::wasm::KilnModel;
+    let tiny = include_bytes!("fixtures/gguf/tiny-llama.gguf").to_vec();
+    let m = KilnModel::from_gguf("tiny".into(), tiny, Some("cpu".into()), None)
+        .await
+        .unwrap_or_else(|e| panic!("{}", json(&e)));
+    let refused = |body: wasm_bindgen::JsValue| json(&m.chat_stream(body).err().expect("refused"));
+    let hi = serde_json::json!({"role": "user", "content": "hi"});
+    let cases = [
+        (
+            serde_json::json!({"model": "tiny", "messages": [hi, {"role": "robot"}]}),
+            ("messages[1].role", "invalid_type"),
+        ),
+        (
+            serde_json::json!({"model": "tiny", "messages": [hi], "temprature": 1}),
+            ("temprature", "unknown_parameter"),
+        ),
+        (
+            serde_json::json!({"messages": [hi]}),
+            ("model", "missing_required_parameter"),
+        ),
+        (
+            serde_json::json!({"model": "tiny", "messages": [hi], "max_tokens": 1.5}),
+            ("max_tokens", "invalid_type"),
+        ),
+    ];
+    for (body, (param, code)) in cases {
+        let e = refused(js(body.clone()));
+        assert_eq!(
+            (
+                e["status"].clone(),
+                e["error"]["param"].clone(),
+                e["error"]["code"].clone()
+            ),
+            (422.into(), param.into(), code.into()),
+            "{body}: {e}"
+        );
+    }
+    for body in [
+        js_sys::Array::new().into(),
+        wasm_bindgen::JsValue::NULL,
+        "hi".into(),
+    ] {
+        let e = refused(body);
+        assert_eq!(
+            (e["status"].clone(), e["error"]["param"].clone()),
+            (422.into(), serde_json::Value::Null),
+            "{e}"
+        );
+    }
+    // `undefined` (what `{temperature: opts.temperature}` gives when unset) is an absent field.
+    let body = js(serde_json::json!({"model": "tiny", "messages": [hi], "max_tokens": 3}));
+    js_sys::Reflect::set(&body, &"temperature".into(), &wasm_bindgen::JsValue::UNDEFINED).unwrap();
+    let full = json(
+        &JsFuture::from(m.chat_stream(body).unwrap().collect())
+            .await
+            .unwrap(),
+    );
+    assert_eq!(full["usage"]["completion_tokens"], 3, "{full}");
+}
+
 /// The facade the `Engine` wrapper drives: load from bytes, stream, collect, errors as OpenAI objects, on
 /// WebGPU and on the CPU backend (same greedy text).
 #[wasm_bindgen_test]

@@ -1,4 +1,4 @@
-//! Sampling from candidates selected on the device (`engine::generate::Readout::Top`) against reading
+//! Sampling from candidates selected on the device (`engine::runner::Readout::Top`) against reading
 //! every logit back, on native wgpu (lavapipe on CI), through whole requests on the tiny GGUF model
 //! (`tests/fixtures/gguf/tiny-llama.gguf`): the same model loaded twice, with device selection for every
 //! step it can decide (`SelectOnDevice::Always`; lavapipe's own default is greedy steps only) and off.
@@ -11,17 +11,17 @@
 
 use kiln::api::completion_request;
 use kiln::api::response::Completion;
-use kiln::engine::{Model, counters};
+use kiln::engine::{LoadedModel, counters};
 use kiln::model::SelectOnDevice;
 use pollster::block_on;
 use serde_json::{Value, json};
 
-fn model(select: bool) -> Model {
+fn model(select: bool) -> LoadedModel {
     let gpu = match block_on(kiln::engine::device::gpu()) {
         Ok(gpu) => gpu,
         Err(e) => panic!("no wgpu adapter ({e}); `cargo xtask setup` installs lavapipe"),
     };
-    let mut m = Model::from_gguf(
+    let mut m = LoadedModel::from_gguf(
         "tiny",
         include_bytes!("fixtures/gguf/tiny-llama.gguf"),
         &gpu.device,
@@ -41,7 +41,7 @@ fn model(select: bool) -> Model {
 }
 
 /// The completion's texts and what it read back.
-fn complete(m: &Model, extra: &Value) -> (Vec<String>, counters::Counts) {
+fn complete(m: &LoadedModel, extra: &Value) -> (Vec<String>, counters::Counts) {
     let mut body = json!({
         "model": "tiny",
         "prompt": "Once upon a time",

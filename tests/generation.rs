@@ -8,14 +8,14 @@ mod schema;
 use burn::tensor::Device;
 use kiln::api::response::{ChatCompletion, ChatCompletionChunk, Completion, FinishReason};
 use kiln::api::{chat_request, completion_request};
-use kiln::engine::Model;
+use kiln::engine::LoadedModel;
 use kiln::loader::Gguf;
 use pollster::block_on;
 use schema::assert_valid;
 use serde_json::{Value, json};
 
-fn model() -> Model {
-    Model::from_gguf(
+fn model() -> LoadedModel {
+    LoadedModel::from_gguf(
         "tiny",
         include_bytes!("fixtures/gguf/tiny-llama.gguf"),
         &Device::flex(),
@@ -43,14 +43,14 @@ fn chat_body(extra: Value) -> Value {
     body
 }
 
-fn chat(m: &Model, extra: Value) -> ChatCompletion {
+fn chat(m: &LoadedModel, extra: Value) -> ChatCompletion {
     let req = chat_request(chat_body(extra), &m.spec()).expect("valid");
     let out = block_on(m.chat(req).expect("served").collect()).expect("generated");
     assert_valid("CreateChatCompletionResponse", &out);
     out
 }
 
-fn chat_chunks(m: &Model, extra: Value) -> Vec<ChatCompletionChunk> {
+fn chat_chunks(m: &LoadedModel, extra: Value) -> Vec<ChatCompletionChunk> {
     let mut body = chat_body(extra);
     body["stream"] = json!(true);
     let req = chat_request(body, &m.spec()).expect("valid");
@@ -64,7 +64,7 @@ fn chat_chunks(m: &Model, extra: Value) -> Vec<ChatCompletionChunk> {
     chunks
 }
 
-fn complete(m: &Model, body: Value) -> Completion {
+fn complete(m: &LoadedModel, body: Value) -> Completion {
     let mut body = body;
     body["model"] = json!("tiny");
     body["logit_bias"] = no_special();
@@ -400,7 +400,7 @@ fn without_template() -> Vec<u8> {
 #[test]
 fn a_model_without_a_chat_template_serves_completions_and_refuses_chat_until_given_one() {
     let file = without_template();
-    let m = Model::from_gguf("tiny", &file, &Device::flex()).expect("loads without a template");
+    let m = LoadedModel::from_gguf("tiny", &file, &Device::flex()).expect("loads without a template");
     let done = complete(
         &m,
         json!({"prompt": "The sea", "max_tokens": 4, "temperature": 0}),
@@ -432,11 +432,42 @@ fn a_model_without_a_chat_template_serves_completions_and_refuses_chat_until_giv
         chat(&m, json!({})).choices[0].message.content,
         chat(&model(), json!({})).choices[0].message.content
     );
-    let bad = Model::from_gguf("tiny", &file, &Device::flex())
+    let bad = LoadedModel::from_gguf("tiny", &file, &Device::flex())
         .unwrap()
         .with_chat_template("{% for m in messages %}");
     assert!(
         bad.is_err(),
         "a template that does not compile is refused at load"
+    );
+}
+
+/// A completions request plans to one prompt per prompt given, in order: ids as the tokenizer gives them
+/// (or as given), each budget checked, `echo` text and prompt scoring carried.
+#[test]
+fn completion_requests_plan_one_prompt_each() {
+    use kiln::engine::plan;
+    let m = model();
+    let body =
+        json!({"model": "tiny", "prompt": ["Once upon", "a time"], "echo": true, "logprobs": 2, "n": 2});
+    let p = plan::completion(&m.format(), completion_request(body, &m.spec()).unwrap()).unwrap();
+    assert_eq!(p.prompts.len(), 2);
+    for (prompt, text) in p.prompts.iter().zip(["Once upon", "a time"]) {
+        assert_eq!(prompt.ids(), m.tokenizer.encode(text, true).unwrap());
+        assert_eq!(prompt.echo(), Some(text));
+        let params = prompt.params();
+        assert_eq!(
+            (params.n, params.logprobs, params.prompt_logprobs, params.max_new),
+            (2, Some(2), true, 16)
+        );
+    }
+    let body = json!({"model": "tiny", "prompt": [[5, 6, 7]], "max_tokens": 4});
+    let p = plan::completion(&m.format(), completion_request(body, &m.spec()).unwrap()).unwrap();
+    assert_eq!(
+        (
+            p.prompts[0].ids(),
+            p.prompts[0].echo(),
+            p.prompts[0].params().max_new
+        ),
+        (&[5, 6, 7][..], None, 4)
     );
 }

@@ -127,7 +127,7 @@ fn check_logits_on(bytes: &[u8], golden: &str, name: &str, device: &Device, tole
     eprintln!("{name}: max |logit - dequantised reference| = {diff:e}");
     assert!(diff <= tolerance, "{name}: logits differ by {diff}");
     let prompt = golden.prompt_ids.clone();
-    let out = pollster::block_on(kiln::engine::generate::greedy(
+    let out = pollster::block_on(kiln::engine::runner::greedy(
         &decoder,
         &prompt,
         golden.greedy_ids.len(),

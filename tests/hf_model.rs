@@ -7,7 +7,7 @@
 use burn::tensor::Device;
 use kiln::api::validate::Sampling;
 use kiln::engine::generation::{GenParams, Generation};
-use kiln::engine::{HfFiles, Model};
+use kiln::engine::{HfFiles, LoadedModel};
 use kiln::loader::Gguf;
 use kiln::tokenizer::HfTokenizerFiles;
 use kiln::tokenizer::gguf::tokenizer_from_gguf;
@@ -65,7 +65,7 @@ fn hf_files_load_and_greedy_equals_transformers() {
             ..Default::default()
         },
     };
-    let m = Model::from_hf("tiny", files.clone(), &Device::flex()).expect("loads");
+    let m = LoadedModel::from_hf("tiny", files.clone(), &Device::flex()).expect("loads");
     assert_eq!(
         m.tokenizer.stop_ids,
         [0, 2],
@@ -78,7 +78,7 @@ fn hf_files_load_and_greedy_equals_transformers() {
     let golden: Golden = serde_json::from_str(include_str!("fixtures/golden/llama/golden.json")).unwrap();
 
     // Without generation_config only config.json's EOS (2) ends a choice; the golden run never emits it.
-    let m = Model::from_hf(
+    let m = LoadedModel::from_hf(
         "tiny",
         HfFiles {
             tokenizer: HfTokenizerFiles {
@@ -105,7 +105,6 @@ fn hf_files_load_and_greedy_equals_transformers() {
         stop: Vec::new(),
         logprobs: Some(0),
         prompt_logprobs: false,
-        entropy: 0,
         keep_special: false,
     };
     let mut generation = Generation::new(
@@ -113,6 +112,7 @@ fn hf_files_load_and_greedy_equals_transformers() {
         m.tokenizer.clone(),
         golden.prompt_ids.clone(),
         params,
+        0,
     );
     let mut ids = Vec::new();
     while let Some(deltas) = pollster::block_on(generation.next()).expect("step") {

@@ -1,4 +1,4 @@
-//! Load-time quantisation of a Hugging Face checkpoint (`Model::from_hf_quantized`, the `quantize` load
+//! Load-time quantisation of a Hugging Face checkpoint (`LoadedModel::from_hf_quantized`, the `quantize` load
 //! option): the golden tiny Llama (f32 safetensors, tied embeddings) quantized as it loads keeps its
 //! matrices in GGML blocks (its weights take the quantized bytes), computes what the dequantised
 //! quantized weights compute (the CPU kernels' stated tolerance), and moves the logits from the f32
@@ -8,7 +8,7 @@
 use std::borrow::Cow;
 
 use burn::tensor::Device;
-use kiln::engine::{HfFiles, Model};
+use kiln::engine::{HfFiles, LoadedModel};
 use kiln::loader::{Checkpoint, GgmlType, LoadError, Quantizing, RawTensor, Weights, quantize_type};
 use kiln::model::{Decoder, ModelConfig};
 use kiln::tokenizer::HfTokenizerFiles;
@@ -82,7 +82,7 @@ impl Weights for Dequantised<'_> {
 fn quantized_as_it_loads_matches_the_dequantised_weights() {
     let device = Device::flex();
     let golden: Golden = serde_json::from_str(GOLDEN).unwrap();
-    let f32_model = Model::from_hf("tiny", files(), &device).expect("f32 load");
+    let f32_model = LoadedModel::from_hf("tiny", files(), &device).expect("f32 load");
     let f32_logits = logits(&f32_model.decoder, &golden.prompt_ids);
     assert!(
         max_diff(&f32_logits, &golden.logits.concat()) < 1e-3,
@@ -101,7 +101,7 @@ fn quantized_as_it_loads_matches_the_dequantised_weights() {
         ("iq4_nl", 18),
     ] {
         let ty = quantize_type(name).unwrap();
-        let model = Model::from_hf_quantized("tiny", files(), &device, Some(ty), &mut |_, _| {})
+        let model = LoadedModel::from_hf_quantized("tiny", files(), &device, Some(ty), &mut |_, _| {})
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         let got = logits(&model.decoder, &golden.prompt_ids);
         // What the quantized weights compute, through f32 matmuls.

@@ -7,14 +7,14 @@
 use burn::tensor::Device;
 use kiln::api::response::{ChatCompletion, Completion};
 use kiln::api::{chat_request, completion_request};
-use kiln::engine::{EngineError, Model};
+use kiln::engine::{EngineError, LoadedModel};
 use pollster::block_on;
 use serde_json::{Value, json};
 
 const GGUF: &[u8] = include_bytes!("fixtures/gguf/tiny-llama.gguf");
 
-fn model(prefix_bytes: Option<usize>) -> Model {
-    let m = Model::from_gguf("tiny", GGUF, &Device::flex()).expect("the fixture loads");
+fn model(prefix_bytes: Option<usize>) -> LoadedModel {
+    let m = LoadedModel::from_gguf("tiny", GGUF, &Device::flex()).expect("the fixture loads");
     match prefix_bytes {
         Some(b) => m.with_prefix_cache(b).expect("a valid budget"),
         None => m,
@@ -26,7 +26,7 @@ fn no_special() -> Value {
     json!({"0": -100, "1": -100, "2": -100})
 }
 
-fn chat(m: &Model, messages: &Value, extra: Value) -> ChatCompletion {
+fn chat(m: &LoadedModel, messages: &Value, extra: Value) -> ChatCompletion {
     let mut body = json!({
         "model": "tiny", "messages": messages, "max_tokens": 12, "temperature": 0, "logit_bias": no_special(),
     });
@@ -38,7 +38,7 @@ fn chat(m: &Model, messages: &Value, extra: Value) -> ChatCompletion {
 }
 
 /// A completion and its usage.
-fn complete(m: &Model, prompt: Value, extra: Value) -> (Completion, kiln::api::response::Usage) {
+fn complete(m: &LoadedModel, prompt: Value, extra: Value) -> (Completion, kiln::api::response::Usage) {
     let mut body = json!({
         "model": "tiny", "prompt": prompt, "max_tokens": 10, "temperature": 0, "logit_bias": no_special(),
     });
@@ -193,7 +193,7 @@ fn an_aborted_stream_keeps_what_it_ran() {
 
 #[test]
 fn a_budget_that_cannot_hold_a_sequence_is_refused_naming_the_option() {
-    let m = Model::from_gguf("tiny", GGUF, &Device::flex()).expect("loads");
+    let m = LoadedModel::from_gguf("tiny", GGUF, &Device::flex()).expect("loads");
     match m.with_prefix_cache(1000) {
         Err(e @ EngineError::LoadOption { option, .. }) => {
             assert_eq!(option, "prefixCacheBytes");

@@ -8,7 +8,7 @@ mod real;
 use burn::tensor::Device;
 use kiln::api::response::FinishReason;
 use kiln::api::{chat_request, completion_request};
-use kiln::engine::Model;
+use kiln::engine::LoadedModel;
 use pollster::block_on;
 use serde_json::json;
 
@@ -34,7 +34,7 @@ fn smollm2_weights_stay_quantized() {
         .filter(|(_, t)| t.ty.is_quantized())
         .map(|(_, t)| (t.end - t.start) as u64)
         .sum();
-    let m = Model::from_gguf("smollm2-135m", &bytes, &Device::flex()).unwrap();
+    let m = LoadedModel::from_gguf("smollm2-135m", &bytes, &Device::flex()).unwrap();
     let held = m.memory().weight_bytes;
     eprintln!(
         "SmolLM2: file {} bytes, quantized tensors {quantized}, held {held}",
@@ -49,7 +49,7 @@ fn smollm2_weights_stay_quantized() {
 
 #[test]
 fn smollm2_streams_samples_and_completes() {
-    let m = Model::from_gguf("smollm2-135m", &model_bytes(), &Device::flex()).unwrap();
+    let m = LoadedModel::from_gguf("smollm2-135m", &model_bytes(), &Device::flex()).unwrap();
     let body = json!({
         "model": "smollm2-135m",
         "messages": [{"role": "system", "content": "Answer in French."},
@@ -117,8 +117,8 @@ fn smollm2_streams_samples_and_completes() {
 #[test]
 fn smollm2_multi_turn_chat_reuses_the_prefix_and_answers_as_cold() {
     let bytes = model_bytes();
-    let warm = Model::from_gguf("smollm2-135m", &bytes, &Device::flex()).unwrap();
-    let cold = Model::from_gguf("smollm2-135m", &bytes, &Device::flex())
+    let warm = LoadedModel::from_gguf("smollm2-135m", &bytes, &Device::flex()).unwrap();
+    let cold = LoadedModel::from_gguf("smollm2-135m", &bytes, &Device::flex())
         .unwrap()
         .with_prefix_cache(0)
         .unwrap();
@@ -130,7 +130,7 @@ fn smollm2_multi_turn_chat_reuses_the_prefix_and_answers_as_cold() {
     {
         messages.push(json!({"role": "user", "content": q}));
         let body = json!({"model": "smollm2-135m", "messages": messages, "max_tokens": 24, "temperature": 0});
-        let run = |m: &Model| {
+        let run = |m: &LoadedModel| {
             block_on(
                 m.chat(chat_request(body.clone(), &m.spec()).unwrap())
                     .unwrap()

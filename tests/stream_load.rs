@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use burn::tensor::Device;
 use kiln::engine::load::GgufLoader;
-use kiln::engine::{EngineError, Model};
+use kiln::engine::{EngineError, LoadedModel};
 use kiln::loader::Gguf;
 use kiln::loader::gguf_write::{TensorOut, write};
 
@@ -19,7 +19,11 @@ const FILES: [(&str, &[u8]); 3] = [
 ];
 
 /// Loads `bytes` pushed in pieces of `sizes` (cycled), recording every `(loaded, total)` report.
-fn streamed(bytes: &[u8], sizes: &[usize], device: &Device) -> (Result<Model, EngineError>, Vec<(u64, u64)>) {
+fn streamed(
+    bytes: &[u8],
+    sizes: &[usize],
+    device: &Device,
+) -> (Result<LoadedModel, EngineError>, Vec<(u64, u64)>) {
     let mut reports = Vec::new();
     let result = {
         let mut loader = GgufLoader::new(device, |l, t| reports.push((l, t)));
@@ -39,7 +43,7 @@ fn streamed(bytes: &[u8], sizes: &[usize], device: &Device) -> (Result<Model, En
 }
 
 /// The logits of a short prompt, as f32s.
-fn logits(model: &Model) -> Vec<f32> {
+fn logits(model: &LoadedModel) -> Vec<f32> {
     let d = &model.decoder;
     let ids = vec![1u32, 5, 9, 2, 7];
     let mut cache = d.new_cache(1, ids.len());
@@ -54,11 +58,10 @@ fn logits(model: &Model) -> Vec<f32> {
 fn any_split_gives_the_model_of_the_whole_file() {
     let device = Device::flex();
     for (name, bytes) in FILES {
-        let whole = Model::from_gguf(name, bytes, &device).expect("whole file loads");
+        let whole = LoadedModel::from_gguf(name, bytes, &device).expect("whole file loads");
         let want = logits(&whole);
-        let greedy = |m: &Model| {
-            pollster::block_on(kiln::engine::generate::greedy(&m.decoder, &[1, 5, 9], 6, &[]))
-                .expect("greedy")
+        let greedy = |m: &LoadedModel| {
+            pollster::block_on(kiln::engine::runner::greedy(&m.decoder, &[1, 5, 9], 6, &[])).expect("greedy")
         };
         let want_text = greedy(&whole);
         // One byte at a time through the header; pieces that end inside tensors, on their edges, and
@@ -254,7 +257,7 @@ fn a_model_beyond_the_weight_limit_is_refused_before_allocation() {
     assert!(e.to_string().contains("does not fit"), "{e}");
     assert!(reports.borrow().is_empty());
     // The next load works.
-    Model::from_gguf("tiny", bytes, &Device::flex()).expect("a later load");
+    LoadedModel::from_gguf("tiny", bytes, &Device::flex()).expect("a later load");
 }
 
 #[path = "data/mod.rs"]
@@ -343,7 +346,7 @@ fn tensors_stored_out_of_info_order_stream_correctly() {
         g.data(&ia),
         "the swap keeps each tensor's bytes"
     );
-    let want = logits(&Model::from_gguf("tiny", bytes, &Device::flex()).unwrap());
+    let want = logits(&LoadedModel::from_gguf("tiny", bytes, &Device::flex()).unwrap());
     for sizes in [&[swapped.len()][..], &[999], &[1 << 14]] {
         let (model, _) = streamed(&swapped, sizes, &Device::flex());
         assert_eq!(logits(&model.expect("loads")), want, "pieces of {sizes:?}");
@@ -362,7 +365,7 @@ fn empty_pieces_are_nothing_and_a_failed_loader_stays_failed() {
     let model = loader.finish("tiny").expect("loads");
     assert_eq!(
         logits(&model),
-        logits(&Model::from_gguf("tiny", bytes, &Device::flex()).unwrap())
+        logits(&LoadedModel::from_gguf("tiny", bytes, &Device::flex()).unwrap())
     );
     // A NaN scale stops the load; the rest of the file is refused, not placed as the next tensor.
     let g = Gguf::parse(bytes).unwrap();

@@ -15,12 +15,12 @@ mod schema;
 use burn::tensor::Device;
 use kiln::api::chat_request;
 use kiln::api::response::{ChatCompletion, FinishReason};
-use kiln::engine::Model;
+use kiln::engine::LoadedModel;
 use pollster::block_on;
 use serde_json::{Value, json};
 
-fn tiny() -> Model {
-    Model::from_gguf(
+fn tiny() -> LoadedModel {
+    LoadedModel::from_gguf(
         "tiny",
         include_bytes!("fixtures/gguf/tiny-llama.gguf"),
         &Device::flex(),
@@ -46,7 +46,7 @@ fn person_schema() -> Value {
 }
 
 /// The tiny model's context is 256 tokens: the prompt (32) and 220 generated tokens fit.
-fn request(model: &Model, extra: Value) -> kiln::api::ValidChat {
+fn request(model: &LoadedModel, extra: Value) -> kiln::api::ValidChat {
     let mut body = json!({
         "model": model.id,
         "messages": [{"role": "user", "content": "Describe a person as JSON."}],
@@ -58,7 +58,7 @@ fn request(model: &Model, extra: Value) -> kiln::api::ValidChat {
     chat_request(body, &model.spec()).expect("a valid request")
 }
 
-fn chat(model: &Model, extra: Value) -> ChatCompletion {
+fn chat(model: &LoadedModel, extra: Value) -> ChatCompletion {
     let out = block_on(model.chat(request(model, extra)).expect("served").collect()).expect("generated");
     schema::assert_valid("CreateChatCompletionResponse", &out);
     out
@@ -178,7 +178,7 @@ fn unsupported_schema_features_are_refused_naming_them() {
 
 #[test]
 fn smollm2_json_mode_parses() {
-    let m = Model::from_gguf("smollm2-135m", &data::read(real::SMOLLM2), &Device::flex()).unwrap();
+    let m = LoadedModel::from_gguf("smollm2-135m", &data::read(real::SMOLLM2), &Device::flex()).unwrap();
     let body = json!({
         "model": "smollm2-135m",
         "messages": [{"role": "user", "content": "Give the capital of France as JSON with keys country and capital."}],

@@ -23,7 +23,7 @@ mod tiny_qwen3;
 use burn::tensor::Device;
 use kiln::api::chat_request;
 use kiln::api::response::{ChatCompletion, FinishReason};
-use kiln::engine::{Model, prompt};
+use kiln::engine::{LoadedModel, prompt};
 use pollster::block_on;
 use serde_json::{Value, json};
 use tiny_qwen3::{tiny_qwen3, tiny_qwen3_with_template};
@@ -58,7 +58,7 @@ fn body(extra: Value) -> Value {
     b
 }
 
-fn chat(m: &Model, b: Value) -> ChatCompletion {
+fn chat(m: &LoadedModel, b: Value) -> ChatCompletion {
     let out = block_on(
         m.chat(chat_request(b, &m.spec()).expect("valid"))
             .expect("served")
@@ -248,7 +248,7 @@ fn auto_keeps_text_as_content_and_history_with_calls_renders() {
 
 #[test]
 fn a_template_without_tool_syntax_gets_the_generic_format() {
-    let m = Model::from_gguf("smollm2-135m", &data::read(real::SMOLLM2), &Device::flex()).unwrap();
+    let m = LoadedModel::from_gguf("smollm2-135m", &data::read(real::SMOLLM2), &Device::flex()).unwrap();
     let question = json!([{"role": "user", "content": "What is the weather in Paris? Use the tool."}]);
     let v = schema_of(&weather());
     // Forced: a named call and `required`, valid against the schema, in the non-streamed and streamed shapes.
@@ -356,4 +356,81 @@ fn mistral_templates_get_nine_character_ids_in_the_history() {
         json!({"model": "qwen3-tiny", "messages": history, "tools": [weather()], "max_tokens": 3, "temperature": 0}),
     );
     assert_eq!(out.usage.completion_tokens, 3);
+}
+
+/// The template's syntax is found once, at load (and again when `chatTemplate` replaces the template), and a
+/// request is planned from it by a pure function: the same request plans to the same prompt, one text
+/// processor and (forced) one constraint per choice.
+#[test]
+fn requests_are_planned_from_the_format_found_at_load() {
+    use kiln::engine::plan;
+    use kiln::engine::reasoning::ReasoningSyntax;
+    use kiln::engine::tools::ToolFormat;
+    let m = tiny_qwen3();
+    let f = m.chat_format();
+    assert!(f.template);
+    assert_eq!(
+        (f.tools, f.reasoning.clone(), f.short_call_ids()),
+        (Some(ToolFormat::Hermes), Some(ReasoningSyntax::think()), false)
+    );
+    for (template, tools) in [
+        ("meta-llama-Llama-3.1-8B-Instruct.jinja", ToolFormat::Llama3Json),
+        ("mistralai-Mistral-Nemo-Instruct-2407.jinja", ToolFormat::Mistral),
+        (
+            "Mistral-Small-3.2-24B-Instruct-2506.jinja",
+            ToolFormat::MistralArgs,
+        ),
+    ] {
+        let f = tiny_qwen3_with_template(template).chat_format().clone();
+        assert_eq!(
+            (f.tools, f.reasoning.is_some(), f.short_call_ids()),
+            (Some(tools), false, tools != ToolFormat::Llama3Json),
+            "{template}"
+        );
+    }
+    // `chatTemplate` at load: the format follows the new template.
+    let plain = tiny_qwen3()
+        .with_chat_template("{% for m in messages %}{{ m.content }}\n{% endfor %}")
+        .unwrap();
+    assert_eq!(
+        (plain.chat_format().tools, plain.chat_format().reasoning.clone()),
+        (None, None)
+    );
+
+    let forced = || {
+        chat_request(
+            body(json!({"n": 3, "tool_choice": "required", "temperature": 1})),
+            &m.spec(),
+        )
+        .unwrap()
+    };
+    let (a, b) = (
+        plan::chat(&m.format(), forced()).unwrap(),
+        plan::chat(&m.format(), forced()).unwrap(),
+    );
+    assert_eq!((a.text(), a.prompt().ids()), (b.text(), b.prompt().ids()));
+    assert_eq!((a.choices(), a.prompt().params().n), (3, 3));
+    assert!(a.prompt().is_constrained() && a.prompt().params().keep_special);
+    assert!(
+        a.text().contains("<tools>") && a.text().contains("get_weather"),
+        "{}",
+        a.text()
+    );
+    assert_eq!(m.tokenizer.encode(a.text(), false).unwrap(), a.prompt().ids());
+
+    // No tools: the messages through the template as they are, nothing constrained, special tokens dropped.
+    let req = chat_request(
+        json!({"model": "qwen3-tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5}),
+        &m.spec(),
+    )
+    .unwrap();
+    let (text, ids) = prompt::chat_prompt(&m.tokenizer, &req.messages).unwrap();
+    let p = plan::chat(&m.format(), req).unwrap();
+    assert_eq!((p.text(), p.prompt().ids()), (text.as_str(), ids.as_slice()));
+    assert_eq!(p.prompt().params().max_new, 5);
+    assert!(!p.prompt().is_constrained() && !p.prompt().params().keep_special);
+    assert!(
+        p.stream.include_usage,
+        "a non-streaming request is the stream collected, with usage"
+    );
 }

@@ -9,7 +9,7 @@ use super::validate::{
 };
 
 /// Validates a chat request against the loaded model.
-pub fn validate_chat(req: &ChatCompletionRequest, spec: &ModelSpec) -> Result<ValidChat, ApiError> {
+pub fn validate_chat(mut req: ChatCompletionRequest, spec: &ModelSpec) -> Result<ValidChat, ApiError> {
     let max_tokens = positive("max_tokens", req.max_tokens)?;
     let max_completion_tokens = positive("max_completion_tokens", req.max_completion_tokens)?;
     let common: Common = common(
@@ -35,7 +35,7 @@ pub fn validate_chat(req: &ChatCompletionRequest, spec: &ModelSpec) -> Result<Va
         },
         spec,
     )?;
-    refuse_unsupported(req)?;
+    refuse_unsupported(&req)?;
     check_messages(&req.messages, spec)?;
 
     let logprobs = match (req.logprobs, req.top_logprobs) {
@@ -55,7 +55,13 @@ pub fn validate_chat(req: &ChatCompletionRequest, spec: &ModelSpec) -> Result<Va
         (_, None) => None,
     };
 
-    let tools: Vec<FunctionDefinition> = req.tools.iter().flatten().map(|t| t.function.clone()).collect();
+    let tools: Vec<FunctionDefinition> = req
+        .tools
+        .take()
+        .into_iter()
+        .flatten()
+        .map(|t| t.function)
+        .collect();
     for (i, f) in tools.iter().enumerate() {
         check_name(&format!("tools[{i}].function.name"), &f.name)?;
         if tools[..i].iter().any(|g| g.name == f.name) {
@@ -83,7 +89,7 @@ pub fn validate_chat(req: &ChatCompletionRequest, spec: &ModelSpec) -> Result<Va
         Some(choice) => choice.clone(),
     };
 
-    let response_format = req.response_format.clone().unwrap_or(ResponseFormat::Text);
+    let response_format = req.response_format.take().unwrap_or(ResponseFormat::Text);
     if let ResponseFormat::JsonSchema { json_schema } = &response_format {
         let name = json_schema
             .name
@@ -97,7 +103,7 @@ pub fn validate_chat(req: &ChatCompletionRequest, spec: &ModelSpec) -> Result<Va
 
     Ok(ValidChat {
         common,
-        messages: req.messages.clone(),
+        messages: req.messages,
         logprobs,
         tools,
         tool_choice,

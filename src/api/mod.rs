@@ -16,7 +16,7 @@ pub mod validate;
 
 pub use chat::validate_chat;
 pub use error::{ApiError, ErrorBody, Status};
-pub use parse::{parse_chat, parse_completion};
+pub use parse::{not_an_object, parse_chat, parse_chat_from, parse_completion, parse_completion_from};
 pub use request::{CallOptions, ChatCompletionRequest, CompletionRequest};
 pub use validate::{ModelSpec, ValidChat, ValidCompletion, validate_completion};
 
@@ -24,10 +24,10 @@ use serde_json::Value;
 
 /// Parses and validates a chat request body in one step.
 pub fn chat_request(body: Value, spec: &ModelSpec) -> Result<ValidChat, ApiError> {
-    validate_chat(&parse_chat(body)?, spec)
+    validate_chat(parse_chat(body)?, spec)
 }
 
 /// Parses and validates a completions request body in one step.
 pub fn completion_request(body: Value, spec: &ModelSpec) -> Result<ValidCompletion, ApiError> {
-    validate_completion(&parse_completion(body)?, spec)
+    validate_completion(parse_completion(body)?, spec)
 }

@@ -1,8 +1,11 @@
-//! JSON → request types, with errors that name the field path (`messages[2].content`) the way OpenAI does.
+//! Request bodies → request types, with errors that name the field path (`messages[2].content`) the way
+//! OpenAI does.
 //!
-//! Both entry points take a `serde_json::Value`, which is what the JS facade produces from a request object;
-//! [`serde_path_to_error`] tracks where in the document deserialisation failed.
+//! The entry points take any serde [`Deserializer`]: a `serde_json::Value` ([`parse_chat`]), or, in the
+//! browser, the JS object itself through `serde_wasm_bindgen`'s deserializer ([`parse_chat_from`]), with
+//! no JSON in between; [`serde_path_to_error`] tracks where in the document deserialisation failed.
 
+use serde::Deserializer;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -11,21 +14,40 @@ use super::request::{ChatCompletionRequest, CompletionRequest};
 
 /// Parses a `POST /v1/chat/completions` body.
 pub fn parse_chat(body: Value) -> Result<ChatCompletionRequest, ApiError> {
-    parse(body)
+    object(&body)?;
+    parse_chat_from(body)
 }
 
 /// Parses a `POST /v1/completions` body.
 pub fn parse_completion(body: Value) -> Result<CompletionRequest, ApiError> {
+    object(&body)?;
+    parse_completion_from(body)
+}
+
+/// [`parse_chat`] from any deserializer (the caller has checked that the body is an object).
+pub fn parse_chat_from<'de, D: Deserializer<'de>>(body: D) -> Result<ChatCompletionRequest, ApiError> {
     parse(body)
 }
 
-fn parse<T: DeserializeOwned>(body: Value) -> Result<T, ApiError> {
-    if !body.is_object() {
-        return Err(ApiError::invalid_type(
-            None,
-            "the request body must be a JSON object",
-        ));
+/// [`parse_completion`] from any deserializer (the caller has checked that the body is an object).
+pub fn parse_completion_from<'de, D: Deserializer<'de>>(body: D) -> Result<CompletionRequest, ApiError> {
+    parse(body)
+}
+
+/// The error for a body that is not an object (an array, a string, `null`).
+pub fn not_an_object() -> ApiError {
+    ApiError::invalid_type(None, "the request body must be a JSON object")
+}
+
+fn object(body: &Value) -> Result<(), ApiError> {
+    if body.is_object() {
+        Ok(())
+    } else {
+        Err(not_an_object())
     }
+}
+
+fn parse<'de, D: Deserializer<'de>, T: DeserializeOwned>(body: D) -> Result<T, ApiError> {
     serde_path_to_error::deserialize(body).map_err(|e| {
         let path = e.path().to_string();
         let path = (path != ".").then_some(path);

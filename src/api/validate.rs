@@ -311,7 +311,7 @@ pub(super) fn common(s: Shared<'_>, spec: &ModelSpec) -> Result<Common, ApiError
 }
 
 /// Validates a completions request against the loaded model.
-pub fn validate_completion(req: &CompletionRequest, spec: &ModelSpec) -> Result<ValidCompletion, ApiError> {
+pub fn validate_completion(req: CompletionRequest, spec: &ModelSpec) -> Result<ValidCompletion, ApiError> {
     let max_tokens = positive("max_tokens", req.max_tokens)?;
     let common = common(
         Shared {
@@ -382,7 +382,7 @@ pub fn validate_completion(req: &CompletionRequest, spec: &ModelSpec) -> Result<
     }
     Ok(ValidCompletion {
         common,
-        prompt: req.prompt.clone(),
+        prompt: req.prompt,
         echo: req.echo.unwrap_or(false),
         logprobs,
     })

@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use super::EngineError;
 use super::detok::{Detokenizer, Matched, StopMatcher};
-use super::generate::{Readout, Rows, Runner};
 use super::prefix_cache::PrefixCache;
+use super::runner::{Readout, Rows, Runner};
 use crate::api::response::FinishReason;
 use crate::api::validate::Sampling;
 use crate::kernels::gpu::select::Adjust;
@@ -33,8 +33,6 @@ pub struct GenParams {
     pub logprobs: Option<usize>,
     /// Also score the prompt's own tokens (completions `echo` with `logprobs`).
     pub prompt_logprobs: bool,
-    /// Seed for requests without `seed`.
-    pub entropy: u64,
     /// Decode special tokens into the text too (tool-call markers such as `[TOOL_CALLS]`).
     pub keep_special: bool,
 }
@@ -116,15 +114,17 @@ fn no_row() -> EngineError {
 }
 
 impl Generation {
+    /// `prompt` completed as `params` says; `entropy` seeds the samplers of a request without `seed`.
     pub fn new(
         decoder: Decoder,
         tokenizer: Arc<ModelTokenizer>,
         prompt: Vec<u32>,
         params: GenParams,
+        entropy: u64,
     ) -> Self {
         let choices = (0..params.n)
             .map(|i| Choice {
-                sampler: Sampler::new(params.sampling.clone(), i as u64, params.entropy),
+                sampler: Sampler::new(params.sampling.clone(), i as u64, entropy),
                 constraint: None,
                 detok: Detokenizer::new(params.keep_special),
                 stops: StopMatcher::new(&params.stop),

@@ -10,7 +10,7 @@ use burn::backend::DispatchDevice;
 use burn::tensor::Device;
 
 use super::EngineError;
-use super::model::Model;
+use super::loaded::LoadedModel;
 use crate::kernels::QuantWeight;
 use crate::loader::gguf_model::{self, CONFIG_TENSORS, Fixups};
 use crate::loader::stream::{Event, GgufStream};
@@ -95,7 +95,7 @@ impl<'f> GgufLoader<'f> {
     }
 
     /// The end of the file: the model, once every tensor has arrived.
-    pub fn finish(self, id: &str) -> Result<Model, EngineError> {
+    pub fn finish(self, id: &str) -> Result<LoadedModel, EngineError> {
         if self.failed {
             return Err(spent());
         }
@@ -113,7 +113,7 @@ impl<'f> GgufLoader<'f> {
         };
         let decoder = Decoder::assemble(s.config, &mut s.staged, &device)?;
         on_upload(s.total, s.total);
-        Ok(Model::new(id, decoder, s.tokenizer))
+        Ok(LoadedModel::new(id, decoder, s.tokenizer))
     }
 }
 
@@ -282,7 +282,7 @@ pub fn from_gguf(
     bytes: &[u8],
     device: &Device,
     on_upload: &mut dyn FnMut(u64, u64),
-) -> Result<Model, EngineError> {
+) -> Result<LoadedModel, EngineError> {
     let mut loader = GgufLoader::new(device, on_upload);
     loader.push(bytes)?;
     loader.finish(id)

@@ -3,9 +3,13 @@
 //! - [`device`]: the one place that chooses devices (WebGPU / native wgpu, or the CPU backend).
 //! - [`check`]: a numerical self-check that runs the decoder's kernels on a device and compares with the host.
 //! - [`load`]: a GGUF file loaded as its bytes arrive: header checks, then each tensor to the device.
-//! - [`model`]: a loaded model (decoder + tokenizer + chat template) from bytes.
-//! - [`prompt`]: requests → prompt token ids.
-//! - [`generate`]: prefill and decode steps on the device; logits read back once per step.
+//! - [`loaded`]: a loaded model (decoder + tokenizer + chat template) from bytes, serving both endpoints.
+//! - [`format`]: what the tokenizer and template mean for every request (tool and reasoning syntax),
+//!   found once at load.
+//! - [`plan`]: a valid request prepared into a plan (token ids, budget, sampling, stops, constraints,
+//!   per-choice text processors) by a pure function of the model's format and the request.
+//! - [`prompt`]: chat messages as templates see them, rendered into prompt token ids.
+//! - [`runner`]: prefill and decode steps on the device; logits read back once per step.
 //! - [`prefix_cache`]: KV states of recent sequences, reused by prompts that start with one.
 //! - [`generation`]: one prompt's `n` choices: sampling, detokenisation, stop rules, finish reasons.
 //! - [`detok`]: the incremental detokenizer and stop-string matching.
@@ -21,20 +25,22 @@ pub mod check;
 pub mod counters;
 pub mod detok;
 pub mod device;
-pub mod generate;
+pub mod format;
 pub mod generation;
 pub mod load;
-pub mod model;
+pub mod loaded;
+pub mod plan;
 pub mod prefix_cache;
 pub mod prompt;
 pub mod reasoning;
 pub mod respond;
+pub mod runner;
 pub mod structured;
 pub mod tool_prompt;
 pub mod tool_use;
 pub mod tools;
 
-pub use model::{HfFiles, Model};
+pub use loaded::{HfFiles, LoadedModel};
 
 use crate::loader::LoadError;
 use crate::model::ForwardError;

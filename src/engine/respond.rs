@@ -11,12 +11,17 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use std::sync::Arc;
+
 use super::chat_choice::ChoiceText;
 use super::generation::{ChoiceDelta, Generation, TokenOut};
+use super::plan::{ChatPlan, CompletionPlan, PromptPlan, StreamOptions};
 use crate::api::ApiError;
 use crate::api::request::ServiceTier;
 use crate::api::response::*;
+use crate::sampling::Rng;
 use crate::tokenizer::ModelTokenizer;
+use crate::tokenizer::time::now_secs;
 
 /// Stops a stream between device steps, also while it is being collected (an abort from JavaScript).
 #[derive(Debug, Clone, Default)]
@@ -44,6 +49,22 @@ pub struct StreamHeader {
     /// The tier full responses report.
     pub response_tier: ServiceTier,
     pub include_usage: bool,
+}
+
+impl StreamHeader {
+    /// A new response of `model`: a fresh id (`prefix` + random), the time now, and `options`.
+    pub fn new(prefix: &str, model: &str, options: StreamOptions) -> Self {
+        let entropy = (u128::from(Rng::entropy_seed()) << 64) | u128::from(Rng::entropy_seed());
+        Self {
+            id: response_id(prefix, entropy),
+            created: now_secs().max(0) as u64,
+            model: model.to_owned(),
+            system_fingerprint: fingerprint(),
+            service_tier: options.service_tier,
+            response_tier: options.response_tier,
+            include_usage: options.include_usage,
+        }
+    }
 }
 
 /// `system_fingerprint`: the engine and its version.
@@ -76,19 +97,42 @@ fn chat_token(tok: &ModelTokenizer, t: &TokenOut) -> TokenLogprob {
 
 /// A chat completion as a stream of chunks.
 pub struct ChatStream {
-    pub(crate) header: StreamHeader,
-    pub(crate) generation: Generation,
-    pub(crate) tokenizer: std::sync::Arc<ModelTokenizer>,
-    pub(crate) logprobs: bool,
-    pub(crate) started: Vec<bool>,
+    header: StreamHeader,
+    generation: Generation,
+    tokenizer: Arc<ModelTokenizer>,
+    logprobs: bool,
+    started: Vec<bool>,
     /// Each choice's text → `reasoning_content` / `content`.
-    pub(crate) texts: Vec<ChoiceText>,
-    pub(crate) queue: VecDeque<ChatCompletionChunk>,
-    pub(crate) finished: bool,
-    pub(crate) cancel: Cancel,
+    texts: Vec<ChoiceText>,
+    queue: VecDeque<ChatCompletionChunk>,
+    finished: bool,
+    cancel: Cancel,
 }
 
 impl ChatStream {
+    /// `plan` as a stream with `header`; `start` makes the generation of its prompt (nothing runs on the
+    /// device until the stream is pulled).
+    pub fn new(
+        plan: ChatPlan,
+        header: StreamHeader,
+        tokenizer: Arc<ModelTokenizer>,
+        start: impl FnOnce(PromptPlan) -> Generation,
+    ) -> Self {
+        let (prompt, texts) = plan.into_parts();
+        let logprobs = prompt.params().logprobs.is_some();
+        Self {
+            header,
+            generation: start(prompt),
+            tokenizer,
+            logprobs,
+            started: vec![false; texts.len()],
+            texts,
+            queue: VecDeque::new(),
+            finished: false,
+            cancel: Cancel::default(),
+        }
+    }
+
     /// A handle that stops this stream at its next step.
     pub fn cancel_handle(&self) -> Cancel {
         self.cancel.clone()
@@ -279,31 +323,72 @@ impl ChatStream {
 }
 
 /// One prompt of a completions request: its generation and what `echo` puts first.
-pub struct PromptRun {
-    pub generation: Generation,
+struct PromptRun {
+    generation: Generation,
     /// The prompt's text when `echo`.
-    pub echo: Option<String>,
+    echo: Option<String>,
     /// Choice indices start here (`prompt_index · n`).
-    pub first_index: usize,
+    first_index: usize,
 }
 
 /// A completions request (one or more prompts, `n` choices each) as a stream of chunks.
 pub struct CompletionStream {
-    pub(crate) header: StreamHeader,
-    pub(crate) runs: VecDeque<PromptRun>,
-    pub(crate) tokenizer: std::sync::Arc<ModelTokenizer>,
-    pub(crate) logprobs: bool,
-    pub(crate) queue: VecDeque<Completion>,
-    pub(crate) prompt_tokens: usize,
+    header: StreamHeader,
+    runs: VecDeque<PromptRun>,
+    tokenizer: Arc<ModelTokenizer>,
+    logprobs: bool,
+    queue: VecDeque<Completion>,
+    prompt_tokens: usize,
     /// Of those, the tokens the prefix cache held.
-    pub(crate) cached_tokens: usize,
-    pub(crate) completion_tokens: usize,
-    pub(crate) started: bool,
-    pub(crate) finished: bool,
-    pub(crate) cancel: Cancel,
+    cached_tokens: usize,
+    completion_tokens: usize,
+    started: bool,
+    finished: bool,
+    cancel: Cancel,
 }
 
 impl CompletionStream {
+    /// `plan` as a stream with `header`; `start` makes each prompt's generation (they run one after
+    /// another as the stream is pulled).
+    pub fn new(
+        plan: CompletionPlan,
+        header: StreamHeader,
+        tokenizer: Arc<ModelTokenizer>,
+        mut start: impl FnMut(PromptPlan) -> Generation,
+    ) -> Self {
+        let logprobs = plan
+            .prompts
+            .first()
+            .is_some_and(|p| p.params().logprobs.is_some());
+        let runs = plan
+            .prompts
+            .into_iter()
+            .enumerate()
+            .map(|(i, prompt)| {
+                let first_index = i * prompt.params().n;
+                let echo = prompt.echo().map(str::to_owned);
+                PromptRun {
+                    generation: start(prompt),
+                    echo,
+                    first_index,
+                }
+            })
+            .collect();
+        Self {
+            header,
+            runs,
+            tokenizer,
+            logprobs,
+            queue: VecDeque::new(),
+            prompt_tokens: 0,
+            cached_tokens: 0,
+            completion_tokens: 0,
+            started: false,
+            finished: false,
+            cancel: Cancel::default(),
+        }
+    }
+
     /// A handle that stops this stream at its next step.
     pub fn cancel_handle(&self) -> Cancel {
         self.cancel.clone()

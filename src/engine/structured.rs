@@ -60,26 +60,23 @@ pub fn schema_error(param: &str, e: ConstraintError) -> ApiError {
     }
 }
 
-/// The constraints for `n` choices of a chat request with `format`; `None` for plain text.
-pub fn response_constraints(
-    vocab: &Vocab,
-    format: &ResponseFormat,
-    n: usize,
-) -> Result<Option<Vec<Constraint>>, ApiError> {
-    let build: Box<dyn Fn() -> Result<Constraint, ConstraintError>> = match format {
-        ResponseFormat::Text => return Ok(None),
-        ResponseFormat::JsonObject => Box::new(|| Constraint::json_object(vocab)),
+/// Builds one choice's constraint; a plan calls it once per choice (a constraint is that choice's parser
+/// state, never shared).
+pub type MakeConstraint<'a> = Box<dyn Fn() -> Result<Constraint, ApiError> + 'a>;
+
+/// The constraint of a chat request's `response_format`; `None` for plain text.
+pub fn response_constraint<'a>(vocab: &'a Vocab, format: &'a ResponseFormat) -> Option<MakeConstraint<'a>> {
+    match format {
+        ResponseFormat::Text => None,
+        ResponseFormat::JsonObject => Some(Box::new(move || {
+            Constraint::json_object(vocab).map_err(|e| schema_error("response_format", e))
+        })),
         ResponseFormat::JsonSchema { json_schema } => {
             let schema = Value::Object(json_schema.schema.clone().unwrap_or_default());
-            Box::new(move || Constraint::json_schema(vocab, &schema))
+            Some(Box::new(move || {
+                Constraint::json_schema(vocab, &schema)
+                    .map_err(|e| schema_error("response_format.json_schema.schema", e))
+            }))
         }
-    };
-    let param = match format {
-        ResponseFormat::JsonSchema { .. } => "response_format.json_schema.schema",
-        _ => "response_format",
-    };
-    (0..n)
-        .map(|_| build().map_err(|e| schema_error(param, e)))
-        .collect::<Result<Vec<_>, _>>()
-        .map(Some)
+    }
 }

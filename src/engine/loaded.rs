@@ -1,0 +1,246 @@
+//! A loaded model: the decoder on its device, the tokenizer with its chat template, and the two endpoints.
+//! Requests are validated against the model before any device work; a valid request becomes a stream of
+//! chunks, and a non-streaming request is that stream collected. Bytes in: fetching and caching happen at
+//! the edge.
+
+use std::sync::Arc;
+
+use burn::tensor::Device;
+
+use super::EngineError;
+use super::format::{ChatFormat, LazyVocab, ModelFormat};
+use super::generation::Generation;
+use super::plan::PromptPlan;
+use super::prefix_cache::{DEFAULT_BUDGET, PrefixCache};
+use super::respond::{ChatStream, CompletionStream, StreamHeader};
+use crate::api::{ApiError, ModelSpec, ValidChat, ValidCompletion};
+use crate::loader::{Checkpoint, GgmlType, Quantizing, Reporting};
+use crate::model::{Decoder, ModelConfig};
+use crate::sampling::Rng;
+use crate::tokenizer::{HfTokenizerFiles, ModelTokenizer, TokenizerError};
+
+/// The files of a Hugging Face model repository, as bytes.
+#[derive(Debug, Clone)]
+pub struct HfFiles<'a> {
+    pub config: &'a [u8],
+    /// `(file name, bytes)` of each safetensors file.
+    pub weights: Vec<(String, &'a [u8])>,
+    /// `model.safetensors.index.json` of a sharded checkpoint.
+    pub index: Option<&'a [u8]>,
+    pub tokenizer: HfTokenizerFiles<'a>,
+}
+
+/// Bytes a loaded model takes (see [`LoadedModel::memory`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryReport {
+    pub weight_bytes: u64,
+    /// Bytes the prefix cache's kept KV states take (part of `device_bytes_in_use` on wgpu).
+    pub prefix_cache_bytes: u64,
+    pub device_bytes_in_use: Option<u64>,
+    pub device_bytes_reserved: Option<u64>,
+}
+
+/// A model ready to generate.
+#[derive(Debug)]
+pub struct LoadedModel {
+    /// The id requests name in `model`.
+    pub id: String,
+    pub decoder: Decoder,
+    pub tokenizer: Arc<ModelTokenizer>,
+    /// What requests are validated against.
+    spec: ModelSpec,
+    /// The chat template's syntax (tools, reasoning), found at load.
+    chat_format: ChatFormat,
+    /// The token table for constrained decoding, built on the first request that needs it.
+    vocab: LazyVocab,
+    /// KV states of recent sequences, for prompts that start with one.
+    prefixes: PrefixCache,
+}
+
+impl LoadedModel {
+    /// Loads a single-file GGUF model: config, weights (dequantised to f32 on `device`), tokenizer and chat
+    /// template all come from the file.
+    pub fn from_gguf(id: &str, bytes: &[u8], device: &Device) -> Result<Self, EngineError> {
+        Self::from_gguf_reporting(id, bytes, device, &mut |_, _| {})
+    }
+
+    /// [`LoadedModel::from_gguf`], reporting `(loaded, total)` bytes of weights handed to the device as it goes.
+    pub fn from_gguf_reporting(
+        id: &str,
+        bytes: &[u8],
+        device: &Device,
+        on_upload: &mut dyn FnMut(u64, u64),
+    ) -> Result<Self, EngineError> {
+        super::load::from_gguf(id, bytes, device, on_upload)
+    }
+
+    /// A model from its parts.
+    pub(crate) fn new(id: &str, decoder: Decoder, tokenizer: ModelTokenizer) -> Self {
+        let spec = ModelSpec {
+            id: id.to_owned(),
+            context_length: decoder.config.max_position_embeddings,
+            vocab_size: decoder.config.vocab_size,
+            images: false,
+            video: false,
+        };
+        Self {
+            id: id.to_owned(),
+            decoder,
+            spec,
+            chat_format: ChatFormat::of(&tokenizer),
+            tokenizer: Arc::new(tokenizer),
+            vocab: LazyVocab::default(),
+            prefixes: PrefixCache::new(DEFAULT_BUDGET),
+        }
+    }
+
+    /// Loads a Hugging Face model: `config.json`, safetensors weights (one file, or shards with their
+    /// `model.safetensors.index.json`), and the tokenizer files.
+    pub fn from_hf(id: &str, files: HfFiles<'_>, device: &Device) -> Result<Self, EngineError> {
+        Self::from_hf_reporting(id, files, device, &mut |_, _| {})
+    }
+
+    /// [`LoadedModel::from_hf`], reporting `(loaded, total)` bytes of weights handed to the device as it goes.
+    pub fn from_hf_reporting(
+        id: &str,
+        files: HfFiles<'_>,
+        device: &Device,
+        on_upload: &mut dyn FnMut(u64, u64),
+    ) -> Result<Self, EngineError> {
+        Self::from_hf_quantized(id, files, device, None, on_upload)
+    }
+
+    /// [`LoadedModel::from_hf_reporting`], with every float weight matrix quantized to `quantize` as it loads
+    /// (kiln's quantizers; see [`crate::loader::quantize`]); `None` keeps the checkpoint's types.
+    pub fn from_hf_quantized(
+        id: &str,
+        files: HfFiles<'_>,
+        device: &Device,
+        quantize: Option<GgmlType>,
+        on_upload: &mut dyn FnMut(u64, u64),
+    ) -> Result<Self, EngineError> {
+        let config = ModelConfig::from_json(files.config).map_err(crate::loader::LoadError::from)?;
+        let tokenizer = ModelTokenizer::from_hf(HfTokenizerFiles {
+            config: Some(files.config),
+            ..files.tokenizer
+        })?;
+        let mut weights = match (files.index, files.weights.as_slice()) {
+            (None, [(_, bytes)]) => Checkpoint::single(bytes)?,
+            (index, _) => Checkpoint::shards(index, files.weights.clone())?,
+        };
+        let mut reporting = Reporting::new(&mut weights, on_upload);
+        let decoder = match quantize {
+            None => Decoder::load(config, &mut reporting, device)?,
+            Some(ty) => Decoder::load(config, &mut Quantizing::new(&mut reporting, ty), device)?,
+        };
+        reporting.finish();
+        Ok(Self::new(id, decoder, tokenizer))
+    }
+
+    /// Where the model's bytes are: its weights as held on the device (quantized blocks stay packed), and
+    /// what the device's allocator holds now (weights, KV caches, activations; `None` where the backend
+    /// does not report it, e.g. the CPU backend, whose memory is the wasm memory itself).
+    pub fn memory(&self) -> MemoryReport {
+        let pool = self.decoder.device().memory_pool_usage();
+        MemoryReport {
+            weight_bytes: self.decoder.device_bytes() as u64,
+            prefix_cache_bytes: self.prefixes.bytes() as u64,
+            device_bytes_in_use: pool.as_ref().map(|p| p.bytes_in_use),
+            device_bytes_reserved: pool.map(|p| p.bytes_reserved),
+        }
+    }
+
+    /// The `chatTemplate` load option: serves chat requests with `source` (a Jinja chat template, compiled
+    /// now) instead of the model's own template, or gives one to a model that has none.
+    pub fn with_chat_template(mut self, source: &str) -> Result<Self, EngineError> {
+        // Only a model no stream holds yet (as after a load) has its tokenizer to itself.
+        let t = Arc::get_mut(&mut self.tokenizer).ok_or_else(|| {
+            TokenizerError::Files("the chat template is set at load, before any request".into())
+        })?;
+        t.set_chat_template(source)?;
+        self.chat_format = ChatFormat::of(t);
+        Ok(self)
+    }
+
+    /// The `prefixCacheBytes` load option: keeps the KV states of recent sequences in up to `budget` bytes
+    /// (default [`DEFAULT_BUDGET`]) for prompts that start with one; 0 keeps none. A budget too small for
+    /// one block of positions (256, the cache's growth step) is refused, naming the option.
+    pub fn with_prefix_cache(mut self, budget: usize) -> Result<Self, EngineError> {
+        let block = crate::model::layers::kv_cache::BLOCK;
+        let least = self.decoder.new_cache(1, block).bytes_per_position() * block;
+        if budget != 0 && budget < least {
+            return Err(EngineError::LoadOption {
+                option: "prefixCacheBytes",
+                message: format!(
+                    "{budget} bytes cannot hold one sequence: this model's KV cache grows by {block} positions, \
+                     {least} bytes; give at least that, or 0 to keep no prefixes"
+                ),
+            });
+        }
+        self.prefixes = PrefixCache::new(budget);
+        Ok(self)
+    }
+
+    /// The kept KV states (see [`super::prefix_cache`]).
+    pub fn prefix_cache(&self) -> &PrefixCache {
+        &self.prefixes
+    }
+
+    /// What requests are validated against.
+    pub fn spec(&self) -> ModelSpec {
+        self.spec.clone()
+    }
+
+    /// The chat template's syntax, as found at load.
+    pub fn chat_format(&self) -> &ChatFormat {
+        &self.chat_format
+    }
+
+    /// What requests are planned against ([`super::plan`]).
+    pub fn format(&self) -> ModelFormat<'_> {
+        ModelFormat {
+            spec: &self.spec,
+            tokenizer: &self.tokenizer,
+            chat: &self.chat_format,
+            vocab: &self.vocab,
+        }
+    }
+
+    /// The generation of a planned prompt on this model's device, reusing kept prefixes.
+    fn start(&self, prompt: PromptPlan) -> Generation {
+        let (ids, params, constraints, _) = prompt.into_parts();
+        let g = Generation::new(
+            self.decoder.clone(),
+            self.tokenizer.clone(),
+            ids,
+            params,
+            Rng::entropy_seed(),
+        )
+        .reusing(self.prefixes.clone());
+        match constraints {
+            None => g,
+            Some(c) => g.constrained(c),
+        }
+    }
+
+    /// A validated chat request as a stream of `chat.completion.chunk`s (collect it for the full
+    /// response). Refused here, before any device work: what the model cannot serve ([`super::plan::chat`]).
+    pub fn chat(&self, req: ValidChat) -> Result<ChatStream, ApiError> {
+        let plan = super::plan::chat(&self.format(), req)?;
+        let header = StreamHeader::new("chatcmpl-", &self.id, plan.stream);
+        Ok(ChatStream::new(plan, header, self.tokenizer.clone(), |p| {
+            self.start(p)
+        }))
+    }
+
+    /// A validated completions request as a stream of `text_completion` chunks (collect it for the full
+    /// response). Prompts run one after another, `n` choices each (indices `prompt · n + i`).
+    pub fn complete(&self, req: ValidCompletion) -> Result<CompletionStream, ApiError> {
+        let plan = super::plan::completion(&self.format(), req)?;
+        let header = StreamHeader::new("cmpl-", &self.id, plan.stream);
+        Ok(CompletionStream::new(plan, header, self.tokenizer.clone(), |p| {
+            self.start(p)
+        }))
+    }
+}
