@@ -169,16 +169,23 @@ fn json(value: &wasm_bindgen::JsValue) -> serde_json::Value {
     serde_json::from_str(&String::from(js_sys::JSON::stringify(value).expect("stringify"))).expect("JSON")
 }
 
-/// Requests go from the JS object to the typed request with no JSON in between: shape errors still name
-/// the field path, a body that is not an object is refused, and `undefined` reads as absent.
+/// Requests from JS objects: shape errors name the field path, an unknown field is refused (not dropped, as
+/// `serde_wasm_bindgen`'s struct reader would), a body that is not an object is refused, and `undefined`
+/// reads as absent.
 #[wasm_bindgen_test]
-async fn js_requests_parse_straight_into_the_request_types() {
+async fn js_requests_refuse_unknown_fields_and_name_field_paths() {
     use kiln::wasm::KilnModel;
     let tiny = include_bytes!("fixtures/gguf/tiny-llama.gguf").to_vec();
     let m = KilnModel::from_gguf("tiny".into(), tiny, Some("cpu".into()), None)
         .await
         .unwrap_or_else(|e| panic!("{}", json(&e)));
-    let refused = |body: wasm_bindgen::JsValue| json(&m.chat_stream(body).err().expect("refused"));
+    let refused = |body: wasm_bindgen::JsValue, what: &str| {
+        json(
+            &m.chat_stream(body)
+                .err()
+                .unwrap_or_else(|| panic!("{what} was accepted")),
+        )
+    };
     let hi = serde_json::json!({"role": "user", "content": "hi"});
     let cases = [
         (
@@ -199,7 +206,7 @@ async fn js_requests_parse_straight_into_the_request_types() {
         ),
     ];
     for (body, (param, code)) in cases {
-        let e = refused(js(body.clone()));
+        let e = refused(js(body.clone()), &body.to_string());
         assert_eq!(
             (
                 e["status"].clone(),
@@ -215,7 +222,7 @@ async fn js_requests_parse_straight_into_the_request_types() {
         wasm_bindgen::JsValue::NULL,
         "hi".into(),
     ] {
-        let e = refused(body);
+        let e = refused(body, "a body that is not an object");
         assert_eq!(
             (e["status"].clone(), e["error"]["param"].clone()),
             (422.into(), serde_json::Value::Null),
@@ -223,7 +230,9 @@ async fn js_requests_parse_straight_into_the_request_types() {
         );
     }
     // `undefined` (what `{temperature: opts.temperature}` gives when unset) is an absent field.
-    let body = js(serde_json::json!({"model": "tiny", "messages": [hi], "max_tokens": 3}));
+    let body = js(serde_json::json!({
+        "model": "tiny", "messages": [hi], "max_tokens": 3, "logit_bias": {"0": -100, "1": -100, "2": -100},
+    }));
     js_sys::Reflect::set(&body, &"temperature".into(), &wasm_bindgen::JsValue::UNDEFINED).unwrap();
     let full = json(
         &JsFuture::from(m.chat_stream(body).unwrap().collect())

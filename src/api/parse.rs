@@ -1,9 +1,10 @@
 //! Request bodies → request types, with errors that name the field path (`messages[2].content`) the way
 //! OpenAI does.
 //!
-//! The entry points take any serde [`Deserializer`]: a `serde_json::Value` ([`parse_chat`]), or, in the
-//! browser, the JS object itself through `serde_wasm_bindgen`'s deserializer ([`parse_chat_from`]), with
-//! no JSON in between; [`serde_path_to_error`] tracks where in the document deserialisation failed.
+//! The entry points take a `serde_json::Value` ([`parse_chat`]) or any self-describing serde
+//! [`Deserializer`] whose structs see every key of the object ([`parse_chat_from`]; `serde_wasm_bindgen`'s
+//! does not, so the browser goes through a `Value`); [`serde_path_to_error`] tracks where in the document
+//! deserialisation failed.
 
 use serde::Deserializer;
 use serde::de::DeserializeOwned;

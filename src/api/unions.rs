@@ -44,8 +44,11 @@ impl<'de> Deserialize<'de> for PromptItem {
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<PromptItem, E> {
                 token(v).map(PromptItem::Token)
             }
+            // JS numbers arrive as `i64` (serde_wasm_bindgen), JSON's non-negative ones as `u64`.
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<PromptItem, E> {
-                Err(E::custom(format_args!("token ids are non-negative, got {v}")))
+                let v = u64::try_from(v)
+                    .map_err(|_| E::custom(format_args!("token ids are non-negative, got {v}")))?;
+                token(v).map(PromptItem::Token)
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<PromptItem, A::Error> {
                 let mut ids = Vec::new();
@@ -318,5 +321,21 @@ impl Serialize for ToolChoice {
             }
             .serialize(s),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::de::value::{Error, SeqDeserializer};
+
+    /// A deserializer that hands integers over as `i64` (serde_wasm_bindgen does, for every JS number)
+    /// reads token prompts as JSON's `u64` do; negative ids stay refused.
+    #[test]
+    fn token_prompts_from_signed_integers() {
+        let ids = |v: Vec<i64>| Prompt::deserialize(SeqDeserializer::<_, Error>::new(v.into_iter()));
+        assert_eq!(ids(vec![1, 2, 3]).unwrap(), Prompt::Tokens(vec![vec![1, 2, 3]]));
+        let e = ids(vec![1, -2]).unwrap_err().to_string();
+        assert!(e.contains("non-negative"), "{e}");
     }
 }
