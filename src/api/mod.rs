@@ -16,7 +16,7 @@ pub mod validate;
 
 pub use chat::validate_chat;
 pub use error::{ApiError, ErrorBody, Status};
-pub use parse::{not_an_object, parse_chat, parse_chat_from, parse_completion, parse_completion_from};
+pub use parse::{parse_chat, parse_completion};
 pub use request::{CallOptions, ChatCompletionRequest, CompletionRequest};
 pub use validate::{ModelSpec, ValidChat, ValidCompletion, validate_completion};
 

@@ -1,12 +1,10 @@
-//! Request bodies → request types, with errors that name the field path (`messages[2].content`) the way
-//! OpenAI does.
+//! JSON → request types, with errors that name the field path (`messages[2].content`) the way OpenAI does.
 //!
-//! The entry points take a `serde_json::Value` ([`parse_chat`]) or any self-describing serde
-//! [`Deserializer`] whose structs see every key of the object ([`parse_chat_from`]; `serde_wasm_bindgen`'s
-//! does not, so the browser goes through a `Value`); [`serde_path_to_error`] tracks where in the document
-//! deserialisation failed.
+//! Both entry points take a `serde_json::Value`, which is what the JS facade produces from a request object
+//! (not `serde_wasm_bindgen`'s deserializer directly: its structs see only their declared fields, so unknown
+//! fields would go unrefused);
+//! [`serde_path_to_error`] tracks where in the document deserialisation failed.
 
-use serde::Deserializer;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -15,40 +13,21 @@ use super::request::{ChatCompletionRequest, CompletionRequest};
 
 /// Parses a `POST /v1/chat/completions` body.
 pub fn parse_chat(body: Value) -> Result<ChatCompletionRequest, ApiError> {
-    object(&body)?;
-    parse_chat_from(body)
+    parse(body)
 }
 
 /// Parses a `POST /v1/completions` body.
 pub fn parse_completion(body: Value) -> Result<CompletionRequest, ApiError> {
-    object(&body)?;
-    parse_completion_from(body)
-}
-
-/// [`parse_chat`] from any deserializer (the caller has checked that the body is an object).
-pub fn parse_chat_from<'de, D: Deserializer<'de>>(body: D) -> Result<ChatCompletionRequest, ApiError> {
     parse(body)
 }
 
-/// [`parse_completion`] from any deserializer (the caller has checked that the body is an object).
-pub fn parse_completion_from<'de, D: Deserializer<'de>>(body: D) -> Result<CompletionRequest, ApiError> {
-    parse(body)
-}
-
-/// The error for a body that is not an object (an array, a string, `null`).
-pub fn not_an_object() -> ApiError {
-    ApiError::invalid_type(None, "the request body must be a JSON object")
-}
-
-fn object(body: &Value) -> Result<(), ApiError> {
-    if body.is_object() {
-        Ok(())
-    } else {
-        Err(not_an_object())
+fn parse<T: DeserializeOwned>(body: Value) -> Result<T, ApiError> {
+    if !body.is_object() {
+        return Err(ApiError::invalid_type(
+            None,
+            "the request body must be a JSON object",
+        ));
     }
-}
-
-fn parse<'de, D: Deserializer<'de>, T: DeserializeOwned>(body: D) -> Result<T, ApiError> {
     serde_path_to_error::deserialize(body).map_err(|e| {
         let path = e.path().to_string();
         let path = (path != ".").then_some(path);

@@ -9,7 +9,7 @@ use std::rc::Rc;
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
 
-use crate::api::{ApiError, not_an_object, parse_chat, parse_completion, validate_chat, validate_completion};
+use crate::api::{ApiError, parse_chat, parse_completion, validate_chat, validate_completion};
 use crate::engine::device::{self, DeviceInfo};
 use crate::engine::load::GgufLoader;
 use crate::engine::respond::{Cancel, ChatStream, CompletionStream};
@@ -39,7 +39,7 @@ fn api_error(e: &ApiError) -> JsValue {
 }
 
 /// A request object from JavaScript, read into its request type by `parse`, with field paths in errors as
-/// [`crate::api::parse_chat`] gives them.
+/// [`crate::api::parse_chat`] gives them (which also refuses a body that is not an object).
 ///
 /// The object goes through a `serde_json::Value` first, not straight through `serde_wasm_bindgen`'s
 /// deserializer: that one (0.6) reads a struct by looking up only the struct's own field names, so an
@@ -49,9 +49,6 @@ fn js_request<T>(
     body: JsValue,
     parse: impl FnOnce(serde_json::Value) -> Result<T, ApiError>,
 ) -> Result<T, JsValue> {
-    if !body.is_object() || js_sys::Array::is_array(&body) {
-        return Err(api_error(&not_an_object()));
-    }
     let value: serde_json::Value = serde_wasm_bindgen::from_value(body).map_err(|e| {
         api_error(&ApiError::invalid_type(
             None,
