@@ -197,6 +197,10 @@ async fn js_requests_refuse_unknown_fields_and_name_field_paths() {
             ("temprature", "unknown_parameter"),
         ),
         (
+            serde_json::json!({"model": "tiny", "messages": [{"role": "user", "content": "x", "colour": 1}]}),
+            ("messages[0].colour", "unknown_parameter"),
+        ),
+        (
             serde_json::json!({"messages": [hi]}),
             ("model", "missing_required_parameter"),
         ),
@@ -216,6 +220,13 @@ async fn js_requests_refuse_unknown_fields_and_name_field_paths() {
             (422.into(), param.into(), code.into()),
             "{body}: {e}"
         );
+        // serde's own words, naming the field, not a JS `Error: ` rendering.
+        let message = e["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with(&format!("`{param}`")) || message.contains(param),
+            "{e}"
+        );
+        assert!(!message.contains("Error: "), "{e}");
     }
     for body in [
         js_sys::Array::new().into(),

@@ -2,21 +2,22 @@
 //! (`shared/spec/`), their validation, responses, stream chunks and errors. Pure Rust; it knows nothing
 //! of models, devices or wasm.
 //!
-//! Flow: JSON → [`parse_chat`] / [`parse_completion`] (shape errors, with field paths) →
-//! [`validate_chat`] / [`validate_completion`] against a [`ModelSpec`] (values, 404 model, 400 cannot serve)
-//! → [`ValidChat`] / [`ValidCompletion`] for the engine. Errors leave as [`ErrorBody`].
+//! Flow: JSON → [`parse_chat`] / [`parse_completion`] (a JS object: their `_from` forms, over any
+//! deserializer; shape errors, with field paths) → [`validate_chat`] / [`validate_completion`] against a
+//! [`ModelSpec`] (values, 404 model, 400 cannot serve) → [`ValidChat`] / [`ValidCompletion`] for the engine. Errors leave as [`ErrorBody`].
 
 mod chat;
 pub mod error;
 mod parse;
 pub mod request;
 pub mod response;
+mod strict;
 pub mod unions;
 pub mod validate;
 
 pub use chat::validate_chat;
 pub use error::{ApiError, ErrorBody, Status};
-pub use parse::{parse_chat, parse_completion};
+pub use parse::{not_an_object, parse_chat, parse_chat_from, parse_completion, parse_completion_from};
 pub use request::{CallOptions, ChatCompletionRequest, CompletionRequest};
 pub use validate::{ModelSpec, ValidChat, ValidCompletion, validate_completion};
 

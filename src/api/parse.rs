@@ -1,37 +1,65 @@
-//! JSON → request types, with errors that name the field path (`messages[2].content`) the way OpenAI does.
+//! Request bodies → request types, with errors that name the field path (`messages[2].content`) the way
+//! OpenAI does.
 //!
-//! Both entry points take a `serde_json::Value`, which is what the JS facade produces from a request object
-//! (not `serde_wasm_bindgen`'s deserializer directly: its structs see only their declared fields, so unknown
-//! fields would go unrefused);
-//! [`serde_path_to_error`] tracks where in the document deserialisation failed.
+//! Two inputs: a `serde_json::Value` ([`parse_chat`]), and any serde deserializer ([`parse_chat_from`]), which
+//! is how the JS facade reads a request object straight through `serde_wasm_bindgen`, with no JSON value in
+//! between. Either way the deserializer is wrapped in [`StructsAsMaps`] (so unknown fields are refused even
+//! by a deserializer that reads only declared fields) and in [`serde_path_to_error`] (which tracks where in
+//! the document deserialisation failed).
 
-use serde::de::DeserializeOwned;
+use serde::de::{Deserialize, Deserializer};
 use serde_json::Value;
 
 use super::error::ApiError;
 use super::request::{ChatCompletionRequest, CompletionRequest};
+use super::strict::StructsAsMaps;
 
 /// Parses a `POST /v1/chat/completions` body.
 pub fn parse_chat(body: Value) -> Result<ChatCompletionRequest, ApiError> {
-    parse(body)
+    object(&body)?;
+    parse_chat_from(body)
 }
 
 /// Parses a `POST /v1/completions` body.
 pub fn parse_completion(body: Value) -> Result<CompletionRequest, ApiError> {
+    object(&body)?;
+    parse_completion_from(body)
+}
+
+/// Parses a chat body from a deserializer; the caller has checked that the body is an object
+/// ([`not_an_object`] otherwise).
+pub fn parse_chat_from<'de, D: Deserializer<'de>>(body: D) -> Result<ChatCompletionRequest, ApiError> {
     parse(body)
 }
 
-fn parse<T: DeserializeOwned>(body: Value) -> Result<T, ApiError> {
-    if !body.is_object() {
-        return Err(ApiError::invalid_type(
-            None,
-            "the request body must be a JSON object",
-        ));
+/// Parses a completions body from a deserializer; the caller has checked that the body is an object.
+pub fn parse_completion_from<'de, D: Deserializer<'de>>(body: D) -> Result<CompletionRequest, ApiError> {
+    parse(body)
+}
+
+/// The error for a body that is not an object (an array, a string, `null`, nothing).
+pub fn not_an_object() -> ApiError {
+    ApiError::invalid_type(None, "the request body must be a JSON object")
+}
+
+fn object(body: &Value) -> Result<(), ApiError> {
+    if body.is_object() {
+        Ok(())
+    } else {
+        Err(not_an_object())
     }
-    serde_path_to_error::deserialize(body).map_err(|e| {
+}
+
+fn parse<'de, D: Deserializer<'de>, T: Deserialize<'de>>(body: D) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(StructsAsMaps(body)).map_err(|e| {
         let path = e.path().to_string();
         let path = (path != ".").then_some(path);
         let message = e.into_inner().to_string();
+        // `serde_wasm_bindgen`'s errors are JS `Error`s, and display as `Error: <serde's message>`.
+        let message = match message.strip_prefix("Error: ") {
+            Some(rest) => rest.to_owned(),
+            None => message,
+        };
         to_api_error(path, message)
     })
 }

@@ -9,7 +9,9 @@ use std::rc::Rc;
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
 
-use crate::api::{ApiError, parse_chat, parse_completion, validate_chat, validate_completion};
+use crate::api::{
+    ApiError, not_an_object, parse_chat_from, parse_completion_from, validate_chat, validate_completion,
+};
 use crate::engine::device::{self, DeviceInfo};
 use crate::engine::load::GgufLoader;
 use crate::engine::respond::{Cancel, ChatStream, CompletionStream};
@@ -38,24 +40,21 @@ fn api_error(e: &ApiError) -> JsValue {
     .unwrap_or_else(|err| err)
 }
 
-/// A request object from JavaScript, read into its request type by `parse`, with field paths in errors as
-/// [`crate::api::parse_chat`] gives them (which also refuses a body that is not an object).
+/// A request object from JavaScript, read into its request type by `parse` straight from the JS value
+/// (`serde_wasm_bindgen`'s deserializer, no JSON value in between), with field paths in errors as
+/// [`crate::api::parse_chat_from`] gives them. A body that is not a plain object (an array, `null`, a
+/// string, `undefined`) is refused first.
 ///
-/// The object goes through a `serde_json::Value` first, not straight through `serde_wasm_bindgen`'s
-/// deserializer: that one (0.6) reads a struct by looking up only the struct's own field names, so an
-/// unknown field would be silently ignored instead of refused (`deny_unknown_fields`, 422
-/// `unknown_parameter`); `tests/browser.rs` checks that it is refused.
+/// `parse_chat_from` reads structs as maps, which is what makes unknown fields refused here: on its own,
+/// `serde_wasm_bindgen` (0.6) looks up only a struct's declared fields; `tests/browser.rs` checks it.
 fn js_request<T>(
     body: JsValue,
-    parse: impl FnOnce(serde_json::Value) -> Result<T, ApiError>,
+    parse: impl FnOnce(serde_wasm_bindgen::Deserializer) -> Result<T, ApiError>,
 ) -> Result<T, JsValue> {
-    let value: serde_json::Value = serde_wasm_bindgen::from_value(body).map_err(|e| {
-        api_error(&ApiError::invalid_type(
-            None,
-            format!("the request is not a JSON object: {e}"),
-        ))
-    })?;
-    parse(value).map_err(|e| api_error(&e))
+    if !body.is_object() || js_sys::Array::is_array(&body) {
+        return Err(api_error(&not_an_object()));
+    }
+    parse(serde_wasm_bindgen::Deserializer::from(body)).map_err(|e| api_error(&e))
 }
 
 fn load_error(e: &EngineError) -> JsValue {
@@ -341,7 +340,7 @@ impl KilnModel {
     /// returns its stream; nothing runs on the device until the stream is pulled.
     #[wasm_bindgen(js_name = chatStream)]
     pub fn chat_stream(&self, body: JsValue) -> Result<KilnStream, JsValue> {
-        let req = js_request(body, parse_chat)?;
+        let req = js_request(body, parse_chat_from)?;
         let req = validate_chat(req, &self.model.spec()).map_err(|e| api_error(&e))?;
         let stream = self.model.chat(req).map_err(|e| api_error(&e))?;
         Ok(KilnStream::new(Pending::Chat(Box::new(stream))))
@@ -350,7 +349,7 @@ impl KilnModel {
     /// As [`KilnModel::chat_stream`], for `POST /v1/completions` requests.
     #[wasm_bindgen(js_name = completionStream)]
     pub fn completion_stream(&self, body: JsValue) -> Result<KilnStream, JsValue> {
-        let req = js_request(body, parse_completion)?;
+        let req = js_request(body, parse_completion_from)?;
         let req = validate_completion(req, &self.model.spec()).map_err(|e| api_error(&e))?;
         let stream = self.model.complete(req).map_err(|e| api_error(&e))?;
         Ok(KilnStream::new(Pending::Completion(stream)))
