@@ -118,9 +118,38 @@ export interface KilnEngine {
     create(request: CompletionCreateParamsStreaming, options?: RequestOptions): Promise<AsyncIterableIterator<CompletionChunk>>;
     create(request: CompletionCreateParamsNonStreaming, options?: RequestOptions): Promise<Completion>;
   };
+  /**
+   * A WHATWG `fetch` serving OpenAI's HTTP endpoints under any base URL: `POST …/v1/chat/completions`,
+   * `POST …/v1/completions` (`stream: true` as server-sent events) and `GET …/v1/models[/{id}]`; errors as the
+   * HTTP status with OpenAI's error body. Give it to an OpenAI client (`new OpenAI({ baseURL, fetch:
+   * engine.fetch })`, `createOpenAICompatible({ baseURL, fetch })`, `new ChatOpenAI({ configuration: { baseURL,
+   * fetch } })`). Rejects only where `fetch` would: an invalid URL, or an aborted `signal`.
+   */
+  readonly fetch: (input: RequestInfo | URL, init?: RequestInit) => Promise<Response>;
+  /** When the model was loaded (Unix seconds; `created` in `GET /v1/models`). */
+  readonly loadedAt: number;
   /** Frees the model's device memory; the engine cannot be used afterwards. */
   unload(): Promise<void>;
 }
+
+/** What `registerServiceWorker` resolves to. */
+export interface ServiceWorkerModel {
+  model: string;
+  device: DeviceInfo;
+  registration: ServiceWorkerRegistration;
+}
+
+/**
+ * Registers `script` (a module Service Worker that imports `kiln-llm/service-worker`) and has it load a model
+ * (`options` as for `Engine.load`, with `source` a URL; the worker always caches the file). From then on, every
+ * script of the origin in the worker's scope, in any tab, is answered by that one model at `/v1/chat/completions`,
+ * `/v1/completions` and `/v1/models`. `onProgress` runs on this page while the model loads. A browser that stops
+ * the idle worker costs nothing but a reload from the cache at the next request.
+ */
+export declare function registerServiceWorker(
+  script: string | URL,
+  options: Omit<LoadOptions, 'source' | 'cache'> & { source: string | URL; scope?: string },
+): Promise<ServiceWorkerModel>;
 
 /** Where a loaded model's bytes are (`Engine.memory`). */
 export interface MemoryReport {
@@ -141,6 +170,8 @@ export declare class Engine implements KilnEngine {
   readonly memory: MemoryReport;
   readonly chat: KilnEngine['chat'];
   readonly completions: KilnEngine['completions'];
+  readonly fetch: KilnEngine['fetch'];
+  readonly loadedAt: number;
   unload(): Promise<void>;
 }
 
@@ -156,5 +187,7 @@ export declare class WorkerEngine implements KilnEngine {
   readonly memory: MemoryReport;
   readonly chat: KilnEngine['chat'];
   readonly completions: KilnEngine['completions'];
+  readonly fetch: KilnEngine['fetch'];
+  readonly loadedAt: number;
   unload(): Promise<void>;
 }

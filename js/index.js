@@ -3,8 +3,10 @@
 // `POST /v1/completions`. `stream: true` resolves to an async iterator of chunks; otherwise to the full
 // response. This file is plumbing only: the wasm module (`./kiln.js`) validates, generates and shapes.
 import init, { KilnLoader, KilnModel, checkQuantize, deviceReport } from './kiln.js';
+import { accept, serve } from './http.js';
 
 export { deviceReport };
+export { registerServiceWorker } from './sw-client.js';
 
 /** An OpenAI-shaped error: `status`, and `error` = `{ message, type, param, code }`. */
 export class KilnError extends Error {
@@ -305,8 +307,15 @@ export class Engine {
 
   constructor(inner) {
     this.#model = inner;
-    this.chat = { completions: { create: (request, options) => this.#create('chatStream', request, options) } };
-    this.completions = { create: (request, options) => this.#create('completionStream', request, options) };
+    /** When the model was loaded (Unix seconds): `created` in `GET /v1/models`. */
+    this.loadedAt = Math.floor(Date.now() / 1000);
+    this.chat = { completions: { create: (request, options) => this.#create('chat', request, options) } };
+    this.completions = { create: (request, options) => this.#create('completion', request, options) };
+    /**
+     * A WHATWG `fetch` answering `POST /v1/chat/completions`, `POST /v1/completions` and `GET /v1/models`
+     * under any base URL (see `http.js`): give it to an OpenAI client as its `fetch`.
+     */
+    this.fetch = (input, init) => serve(this, input, init);
   }
 
   /** The id requests name in `model`. */
@@ -330,15 +339,29 @@ export class Engine {
     release();
   }
 
-  async #create(kind, request, { signal } = {}) {
+  /** Validates `request` (throwing its KilnError) and returns its stream; nothing runs yet. */
+  #begin(kind, request) {
     if (!this.#model) throw notLoadedError();
-    // Validation happens here, before any device work and before waiting for earlier requests.
-    let stream;
     try {
-      stream = this.#model[kind](request);
+      return kind === 'chat' ? this.#model.chatStream(request) : this.#model.completionStream(request);
     } catch (e) {
       throw toError(e);
     }
+  }
+
+  async #create(kind, request, { signal } = {}) {
+    // Validation happens here, before any device work and before waiting for earlier requests.
+    return this.#run(this.#begin(kind, request), request, signal);
+  }
+
+  /** For `fetch`: validates now, and resolves to `{ result }`, the promise of the answer once it has its turn. */
+  async [accept](kind, request, { signal } = {}) {
+    const result = this.#run(this.#begin(kind, request), request, signal);
+    result.catch(() => {});
+    return { result };
+  }
+
+  async #run(stream, request, signal) {
     const release = await this.#queue.acquire();
     if (signal?.aborted) {
       stream.close();
@@ -433,6 +456,7 @@ export class WorkerEngine {
       options.source = new URL(String(options.source), globalThis.location?.href).href;
     }
     const info = await engine.#call({ kiln: 'load', options, progress: Boolean(onProgress) }, onProgress);
+    engine.loadedAt = Math.floor(Date.now() / 1000);
     engine.model = info.model;
     engine.device = info.device;
     /** The model's bytes when the load finished (the worker's `Engine.memory` then). */
@@ -450,6 +474,18 @@ export class WorkerEngine {
     });
     this.chat = { completions: { create: (request, options) => this.#create('chat', request, options) } };
     this.completions = { create: (request, options) => this.#create('completion', request, options) };
+    /** As `Engine.fetch`: OpenAI's HTTP endpoints, answered by the model in the worker. */
+    this.fetch = (input, init) => serve(this, input, init);
+  }
+
+  /** For `fetch`: resolves to `{ result }` once the worker has validated the request (rejects if it is invalid). */
+  async [accept](kind, request, options) {
+    let accepted;
+    const validated = new Promise((resolve) => { accepted = resolve; });
+    const result = this.#create(kind, request, options, accepted);
+    result.catch(() => {});
+    await Promise.race([validated, result]);
+    return { result };
   }
 
   /** Frees the model inside the worker (the worker itself stays yours to terminate). */
@@ -464,6 +500,7 @@ export class WorkerEngine {
       case 'progress': p.progress?.(m.progress); break;
       case 'chunk': p.channel.push({ chunk: m.chunk }); break;
       case 'end': p.channel.push({ end: true }); this.#pending.delete(m.id); break;
+      case 'accepted': p.accepted?.(); break;
       case 'stream': p.resolve(p.channel); break;
       case 'result': p.resolve(m.value); this.#pending.delete(m.id); break;
       case 'error': p.fail(errorFromMessage(m.error)); this.#pending.delete(m.id); break;
@@ -472,10 +509,10 @@ export class WorkerEngine {
   }
 
   /** Posts `message` with a fresh id; resolves with its `result` (or, for a stream, its channel). */
-  #call(message, progress) {
+  #call(message, progress, accepted) {
     const id = this.#next++;
     return new Promise((resolve, reject) => {
-      const entry = { resolve, progress, channel: new Channel() };
+      const entry = { resolve, progress, accepted, channel: new Channel() };
       // Before the stream starts, a failure rejects the call; after, it ends the iterator with the error.
       entry.fail = (error) => {
         reject(error);
@@ -486,14 +523,14 @@ export class WorkerEngine {
     });
   }
 
-  async #create(kind, request, { signal } = {}) {
+  async #create(kind, request, { signal } = {}, accepted = undefined) {
     if (signal?.aborted) throw abortError();
     const id = this.#next;
     const onAbort = () => this.#worker.postMessage({ kiln: 'abort', id });
     signal?.addEventListener('abort', onAbort, { once: true });
     let result;
     try {
-      result = await this.#call({ kiln: 'create', kind, request });
+      result = await this.#call({ kiln: 'create', kind, request }, undefined, accepted);
     } catch (e) {
       signal?.removeEventListener('abort', onAbort);
       throw signal?.aborted ? abortError() : e;

@@ -3,9 +3,11 @@
 // off the page's main thread. Messages (all carry the request's `id`):
 //   in:  { kiln: 'load', options, progress } | { kiln: 'create', kind: 'chat' | 'completion', request }
 //        | { kiln: 'abort' } | { kiln: 'unload' }
-//   out: { kiln: 'progress', progress } | { kiln: 'result', value } | { kiln: 'stream' }
+//   out: { kiln: 'progress', progress } | { kiln: 'accepted' } (validated, waiting its turn)
+//        | { kiln: 'result', value } | { kiln: 'stream' }
 //        | { kiln: 'chunk', chunk } | { kiln: 'end' } | { kiln: 'error', error }
 import { Engine, errorMessage, notLoadedError } from './index.js';
+import { accept } from './http.js';
 
 let engine = null;
 /** Request id → its AbortController, while the request runs. */
@@ -26,8 +28,10 @@ async function create(id, { kind, request }) {
   const controller = new AbortController();
   running.set(id, controller);
   try {
-    const endpoint = kind === 'chat' ? engine.chat.completions : engine.completions;
-    const result = await endpoint.create(request, { signal: controller.signal });
+    // Validated first (`accepted` tells the page, for `fetch`), then it waits its turn.
+    const { result: answer } = await engine[accept](kind, request, { signal: controller.signal });
+    post({ kiln: 'accepted', id });
+    const result = await answer;
     if (!request?.stream) {
       post({ kiln: 'result', id, value: result });
       return;

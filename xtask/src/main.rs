@@ -165,7 +165,7 @@ fn test() -> Result<(), String> {
         },
     );
     stage(
-        "package: consumer types (tsc); e2e in Chromium (playwright-core): demo, Engine/WorkerEngine, npm pack + Vite, Gemma 3 = llama.cpp",
+        "package: consumer types (tsc); e2e in Chromium (playwright-core): demo, Engine/WorkerEngine, OpenAI clients on engine.fetch + Service Worker, npm pack + Vite, Gemma 3 = llama.cpp",
         &mut || {
             pkg::build(&tools, &root, pkg::Opt::Skip)?;
             run(tools
@@ -184,6 +184,7 @@ fn test() -> Result<(), String> {
                     "--test-concurrency=1",
                     "tests/e2e/demo.test.mjs",
                     "tests/e2e/engine.test.mjs",
+                    "tests/e2e/http.test.mjs",
                     "tests/e2e/package.test.mjs",
                     "tests/e2e/gemma3.test.mjs",
                 ]))

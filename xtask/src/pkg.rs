@@ -1,7 +1,8 @@
 //! Builds the npm package into `pkg/`: `wasm-pack build --target web`, then the committed manifest
 //! `pkg.json` is merged over the `package.json` wasm-pack generated (its keys win; the version comes from
 //! `Cargo.toml`). `ts/api.d.ts` (the OpenAI wire types) is copied in beside the generated declarations, and
-//! `js/index.js` + `js/index.d.ts` (the `Engine` API over the wasm module) as the entry point.
+//! `js/index.js` + `js/index.d.ts` (the `Engine` API over the wasm module) as the entry point, with the
+//! other modules of `js/`. Then `xtask/vendor.mjs` bundles openai-node for the demo (`target/vendor/`).
 
 use std::path::Path;
 
@@ -45,11 +46,19 @@ pub fn build(tools: &Tools, root: &Path, opt: Opt) -> Result<(), String> {
         ("js", "index.d.ts"),
         ("js", "worker.js"),
         ("js", "worker.d.ts"),
+        ("js", "http.js"),
+        ("js", "sw-client.js"),
+        ("js", "service-worker.js"),
+        ("js", "service-worker.d.ts"),
     ] {
         let from = root.join(dir).join(file);
         std::fs::copy(&from, root.join("pkg").join(file)).map_err(|e| format!("{}: {e}", from.display()))?;
     }
-    merge_manifest(&root.join("pkg.json"), &root.join("pkg").join("package.json"))
+    merge_manifest(&root.join("pkg.json"), &root.join("pkg").join("package.json"))?;
+    // The demo's openai-node panel imports the real client, bundled for the browser (not part of the package).
+    run(std::process::Command::new("node")
+        .current_dir(root)
+        .arg("xtask/vendor.mjs"))
 }
 
 fn read_json(path: &Path) -> Result<Value, String> {

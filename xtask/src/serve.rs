@@ -1,8 +1,10 @@
 //! A small static file server for the demo and the tests: `/pkg/...` from `pkg/`, `/models/...` from the data
 //! cache (the default model, see [`crate::data`]), `/fixtures/...` from `tests/fixtures/` (the tiny models
-//! the package's e2e test loads), everything else from `www/`, with the right MIME types
+//! the package's e2e test loads), `/vendor/...` from `target/vendor/` (openai-node bundled for the demo,
+//! `xtask/vendor.mjs`), everything else from `www/`, with the right MIME types
 //! (`application/wasm` is needed for streaming compilation), the cross-origin isolation headers that
-//! threads in wasm will need, and CORS headers so the wasm tests (served by wasm-bindgen's runner on another
+//! threads in wasm will need, `Service-Worker-Allowed: /` (so kiln's Service Worker, served from `/pkg/`, may
+//! take the whole origin as its scope), and CORS headers so the wasm tests (served by wasm-bindgen's runner on another
 //! port) can fetch the model. GET and HEAD only; loopback only.
 
 use std::io::{BufRead, BufReader, Write};
@@ -29,6 +31,7 @@ struct Mounts {
     pkg: PathBuf,
     models: PathBuf,
     fixtures: PathBuf,
+    vendor: PathBuf,
 }
 
 /// Starts serving on 127.0.0.1:`port` (0: any free port) in a background thread; `/models/` serves `cache`.
@@ -41,6 +44,7 @@ pub fn start(root: &Path, cache: &Path, port: u16) -> Result<Server, String> {
         pkg: root.join("pkg"),
         models: cache.to_path_buf(),
         fixtures: root.join("tests").join("fixtures"),
+        vendor: root.join("target").join("vendor"),
     };
     let thread = std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
@@ -76,7 +80,7 @@ fn handle(stream: TcpStream, mounts: &Mounts) -> std::io::Result<()> {
                 "HTTP/1.1 200 OK\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-cache\r\n\
                  Cross-Origin-Opener-Policy: same-origin\r\nCross-Origin-Embedder-Policy: require-corp\r\n\
                  Access-Control-Allow-Origin: *\r\nCross-Origin-Resource-Policy: cross-origin\r\n\
-                 Connection: close\r\n\r\n",
+                 Service-Worker-Allowed: /\r\nConnection: close\r\n\r\n",
                 mime(&file),
                 body.len()
             )?;
@@ -101,6 +105,7 @@ fn resolve(path: &str, m: &Mounts) -> Option<PathBuf> {
         ("/pkg/", &m.pkg),
         ("/models/", &m.models),
         ("/fixtures/", &m.fixtures),
+        ("/vendor/", &m.vendor),
     ];
     let (base, rest) = mounts
         .iter()
@@ -163,6 +168,7 @@ mod tests {
             pkg: root.join("pkg"),
             models: root.join("xtask"),
             fixtures: root.join("tests").join("fixtures"),
+            vendor: root.join("target").join("vendor"),
         };
         let www = &m.www;
         assert_eq!(resolve("/", &m), Some(www.join("index.html")));

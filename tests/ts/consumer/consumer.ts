@@ -80,3 +80,15 @@ export async function asOpenAI(
   for await (const c of await e.completions.create(completionStream)) parts.push(c);
   return [full, chunks, done, parts];
 }
+
+// OpenAI's HTTP endpoints: `engine.fetch` is what openai-node takes as its `fetch`, and the Service Worker's
+// client API.
+import { registerServiceWorker, type ServiceWorkerModel } from '../../../pkg/index.js';
+
+export async function overHttp(e: KilnEngine): Promise<[OpenAI, ServiceWorkerModel, number]> {
+  const { default: Client } = await import('openai');
+  const client = new Client({ baseURL: 'http://kiln.local/v1', apiKey: 'unused', fetch: e.fetch, dangerouslyAllowBrowser: true });
+  const res: Response = await e.fetch('http://kiln.local/v1/models');
+  const sw = await registerServiceWorker('/sw.js', { scope: '/', model: 'tiny', source: '/tiny.gguf', onProgress: (p: LoadProgress) => void p.loaded });
+  return [client, sw, res.status + e.loadedAt];
+}
