@@ -137,7 +137,16 @@ impl ChoiceText {
         let mut failed = false;
         if last {
             match parser.finish() {
-                Ok(more) => events.extend(more),
+                Ok(more) => {
+                    // A forced choice cut by `max_tokens` after a call: its grammar allows no free text
+                    // there, only the next call, so what the parser still held is that call's cut-off
+                    // opener (`<tool_call`), not content.
+                    let cut_opener = length && !self.lenient && parser.calls() > 0;
+                    events.extend(
+                        more.into_iter()
+                            .filter(|e| !(cut_opener && matches!(e, ToolEvent::Content(_)))),
+                    );
+                }
                 Err(super::tools::ToolParseError::Truncated) if length => {}
                 Err(_) if self.lenient => failed = true,
                 Err(e) => return Err(ApiError::internal(e.to_string())),
@@ -266,6 +275,27 @@ mod tests {
             assert!(calls.is_empty() && auto.calls() == 0);
             assert_eq!(content.concat(), bad.concat());
         }
+    }
+
+    #[test]
+    fn a_forced_choice_cut_inside_the_next_opener_keeps_its_calls_and_no_content() {
+        let call =
+            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>\n";
+        let mut forced = text(false);
+        let first = forced.step(call, 1, false, false).expect("a call");
+        let cut = forced
+            .step("<tool_call", 1, true, true)
+            .expect("cut by max_tokens");
+        assert_eq!((first.content.as_str(), cut.content.as_str()), ("", ""));
+        assert_eq!(forced.calls(), 1);
+        // Not cut by the budget, the same tail is not silently dropped: it is a malformed end.
+        let mut ended = text(false);
+        ended.step(call, 1, false, false).expect("a call");
+        let tail = ended.step("<tool_call", 1, true, false);
+        assert!(
+            tail.map_or(true, |o| o.content == "<tool_call"),
+            "kept or refused, never dropped"
+        );
     }
 
     #[test]
