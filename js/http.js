@@ -35,12 +35,18 @@ const failure = (status, message, fields, headers) => json(status, errorBody(mes
 
 const isAbort = (e) => e?.name === 'AbortError';
 
-/** A thrown KilnError (or the error object of one) as `{ status, body }`; anything else is a 500. */
+/** A thrown KilnError (or any `{ status, error }`) as `{ status, body }`; anything else is a 500. */
 function asHttpError(e) {
   if (e !== null && typeof e === 'object' && typeof e.status === 'number' && e.error && typeof e.error === 'object') {
     return { status: e.status, body: { error: e.error } };
   }
   return { status: 500, body: errorBody(String(e?.message ?? e), { type: 'server_error' }) };
+}
+
+/** A thrown error as the HTTP response that carries it (see `asHttpError`). */
+export function errorResponse(e) {
+  const { status, body } = asHttpError(e);
+  return json(status, body);
 }
 
 /** `/anything/v1/<endpoint>` → `{ endpoint, id }`, or `null` for a path kiln does not serve. */
@@ -68,25 +74,19 @@ async function readText(request, limit) {
   if (Number.isFinite(declared) && declared > limit) throw TOO_LARGE;
   if (!request.body) return '';
   const reader = request.body.getReader();
-  const parts = [];
+  const decoder = new TextDecoder();
+  let text = '';
   let size = 0;
   for (;;) {
     const { value, done } = await reader.read();
-    if (done) break;
+    if (done) return text + decoder.decode();
     size += value.byteLength;
     if (size > limit) {
       await reader.cancel();
       throw TOO_LARGE;
     }
-    parts.push(value);
+    text += decoder.decode(value, { stream: true });
   }
-  const bytes = new Uint8Array(size);
-  let at = 0;
-  for (const p of parts) {
-    bytes.set(p, at);
-    at += p.byteLength;
-  }
-  return new TextDecoder().decode(bytes);
 }
 
 /** `GET /v1/models` and `GET /v1/models/{id}`, in OpenAI's shapes. */
@@ -184,15 +184,13 @@ export async function serve(engine, input, init) {
     ({ result } = await engine[accept](kind, body, { signal: request.signal }));
   } catch (e) {
     if (isAbort(e)) throw e;
-    const { status, body: error } = asHttpError(e);
-    return json(status, error);
+    return errorResponse(e);
   }
   if (body?.stream === true) return eventStream(result);
   try {
     return json(200, await result);
   } catch (e) {
     if (isAbort(e)) throw e;
-    const { status, body: error } = asHttpError(e);
-    return json(status, error);
+    return errorResponse(e);
   }
 }

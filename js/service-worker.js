@@ -11,8 +11,8 @@
 // The load options are kept in the Cache API (and the model file too: loads here always use `cache: true`).
 // The browser stops an idle Service Worker and starts it again for the next request; that request then loads
 // the model again, from the cache, instead of failing.
-import { Engine, errorMessage, notLoadedError } from './index.js';
-import { route } from './http.js';
+import { Engine, KilnError, errorMessage, notLoadedError } from './index.js';
+import { errorResponse, route } from './http.js';
 
 const STORE = 'kiln-service-worker';
 const OPTIONS_KEY = new URL('kiln-load-options.json', self.registration.scope).href;
@@ -68,11 +68,11 @@ async function answer(request) {
   try {
     engine = await engineForRequest();
   } catch (e) {
-    const m = errorMessage(e);
-    const [status, error] = m.kind === 'kiln'
-      ? [m.body.status, m.body.error]
-      : [500, { message: `the model could not be loaded: ${m.message}`, type: 'server_error', param: null, code: 'model_load_failed' }];
-    return new Response(JSON.stringify({ error }), { status, headers: { 'content-type': 'application/json' } });
+    if (e instanceof KilnError) return errorResponse(e);
+    return errorResponse({
+      status: 500,
+      error: { message: `the model could not be loaded: ${e?.message ?? e}`, type: 'server_error', param: null, code: 'model_load_failed' },
+    });
   }
   return engine.fetch(request);
 }

@@ -4,7 +4,8 @@
 //!
 //! Flow: JSON → [`parse_chat`] / [`parse_completion`] (a JS object: their `_from` forms, over any
 //! deserializer; shape errors, with field paths) → [`validate_chat`] / [`validate_completion`] against a
-//! [`ModelSpec`] (values, 404 model, 400 cannot serve) → [`ValidChat`] / [`ValidCompletion`] for the engine. Errors leave as [`ErrorBody`].
+//! [`ModelSpec`] (values, 404 model, 400 cannot serve) → [`ValidChat`] / [`ValidCompletion`] for the engine.
+//! Errors leave as [`ErrorBody`].
 
 mod chat;
 pub mod error;
