@@ -109,7 +109,8 @@ const results = {};
 for (const name of config.configs) {
   console.error(`\nbench: ${name} (browser)`);
   if (name === 'kiln-webgpu' || name === 'kiln-cpu') {
-    results[name] = await inFreshPage(name, 'benchKiln', { ...common, device: name === 'kiln-webgpu' ? 'webgpu' : 'cpu' });
+    const cpu = name === 'kiln-cpu';
+    results[name] = await inFreshPage(name, 'benchKiln', { ...common, device: cpu ? 'cpu' : 'webgpu', threads: cpu ? config.threads ?? 1 : undefined });
   } else if (name === 'kiln-chat') {
     // ~60-token user turns: consecutive 45-word pieces of bench/text.txt.
     const words = readFileSync(join(root, 'bench', 'text.txt'), 'utf8').split(/\s+/).filter(Boolean);

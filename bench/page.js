@@ -82,8 +82,8 @@ async function runPrompts(label, { prompts, runs, warmup }, create, probe) {
 
 const biasOf = (stopIds) => Object.fromEntries(stopIds.map((id) => [String(id), -100]));
 
-window.benchKiln = async ({ device, model, prompts, stopIds, tokens, runs, warmup }) => {
-  const label = `kiln ${device}`;
+window.benchKiln = async ({ device, model, prompts, stopIds, tokens, runs, warmup, threads }) => {
+  const label = device === 'cpu' ? `kiln cpu (threads ${threads ?? 'default'})` : `kiln ${device}`;
   log(`${label}: loading ${model}`);
   const t0 = now();
   const { Engine } = await import('/pkg/index.js');
@@ -92,6 +92,8 @@ window.benchKiln = async ({ device, model, prompts, stopIds, tokens, runs, warmu
     model: 'bench',
     source: model,
     device,
+    // On the CPU backend: the threaded build on `threads` threads (1: the single-threaded build).
+    threads: device === 'cpu' ? threads : undefined,
     // Every run prefills its prompt cold, as wllama's (`cache_prompt: false`); `benchChat` measures reuse.
     prefixCacheBytes: 0,
     onProgress: ({ phase }) => {
@@ -102,7 +104,7 @@ window.benchKiln = async ({ device, model, prompts, stopIds, tokens, runs, warmu
   const loadMs = now() - t0;
   log(`${label}: loaded in ${loadMs.toFixed(0)} ms on ${JSON.stringify(engine.device)}`);
   // The wasm-bindgen glue's default export returns the initialised module's exports once it has run.
-  const glue = await import('/pkg/kiln.js');
+  const glue = await import(engine.threads?.build === 'threads' ? '/pkg/threads/kiln.js' : '/pkg/kiln.js');
   const wasm = await glue.default();
   // Dispatches and reads, counted over every run (kiln's `engine::counters`; the engine runs on this page).
   const watch = glue.watchDevice();
@@ -114,7 +116,7 @@ window.benchKiln = async ({ device, model, prompts, stopIds, tokens, runs, warmu
   watch.free();
   // Wasm memory only grows: its size now is its peak.
   const memory = wasm.memory?.buffer?.byteLength ?? null;
-  const info = engine.device;
+  const info = { ...engine.device, build: engine.threads };
   const model_memory = engine.memory;
   await engine.unload();
   return { device: info, load_ms: loadMs, wasm_memory_bytes: memory, model_memory, prompts: results };

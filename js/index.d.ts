@@ -5,7 +5,34 @@ import type {
 } from './api';
 
 export type * from './api';
-export { deviceReport } from './kiln.js';
+
+/** Which build a CPU model runs on, and on how many threads (`Engine.threads`, `deviceReport(...).threads`). */
+export interface ThreadsReport {
+  /** `threads`: the threaded build (rayon's pool in Web Workers over shared memory); `single`: one thread. */
+  build: 'threads' | 'single';
+  /** Threads the CPU products run on (the calling thread included). */
+  count: number;
+  /** The `threads` load option as given, or `null` for the default. */
+  requested: number | null;
+  /** `navigator.hardwareConcurrency`. */
+  cores: number;
+  /**
+   * Why `count` differs from what was asked or from the default, in words: the page is not cross-origin
+   * isolated, `threads` was capped to the cores, or the page's pool was started by an earlier load.
+   */
+  note: string | null;
+}
+
+/**
+ * Initialises a device and runs the numerical self-check on it. `kind`: `'webgpu'` (the default) or `'cpu'`;
+ * on the CPU, `options.threads` picks the build as for `Engine.load`. Rejects when the device cannot be had.
+ */
+export function deviceReport(kind?: 'webgpu' | 'cpu' | null, options?: { threads?: number; wasm?: string | URL }): Promise<{
+  device: DeviceInfo;
+  check: unknown;
+  /** On the CPU backend the build and threads that ran it; `null` on WebGPU. */
+  threads: ThreadsReport | null;
+}>;
 
 /** An OpenAI-shaped error: `status` and `error` = `{ message, type, param, code }`. */
 export declare class KilnError extends Error {
@@ -83,7 +110,16 @@ export interface LoadOptions {
    * `param: 'prefixCacheBytes'`).
    */
   prefixCacheBytes?: number;
-  /** Where `kiln_bg.wasm` is, when not beside this module. */
+  /**
+   * CPU backend only: the threads its products run on. On a cross-origin isolated page (headers
+   * `Cross-Origin-Opener-Policy: same-origin` and `Cross-Origin-Embedder-Policy: require-corp`) the model runs
+   * on the package's threaded build (`threads/kiln_bg.wasm`), by default on every logical core up to 8; `1`,
+   * or a page that is not isolated, runs the single-threaded build. More than the cores the browser reports is
+   * capped (with a note in `engine.threads`); a value that is not a whole number ≥ 1 is refused (status 422,
+   * `param: 'threads'`). One pool serves the page: a later load shares the first one's.
+   */
+  threads?: number;
+  /** Where the single-threaded build's `kiln_bg.wasm` is, when not beside this module. */
   wasm?: string | URL;
 }
 
@@ -102,6 +138,8 @@ export interface DeviceInfo {
   limits: Record<string, number> | null;
   /** The decode GEMV's layout on a GPU device: `rows` on software adapters, `split` on GPUs. */
   gemv: 'rows' | 'split' | null;
+  /** CPU threads the products run on (1 on a GPU device and in the single-threaded build). */
+  threads: number;
 }
 
 /** What `Engine` and `WorkerEngine` share: the OpenAI-shaped endpoints over one loaded model. */
@@ -167,6 +205,8 @@ export declare class Engine implements KilnEngine {
   static load(options: LoadOptions): Promise<Engine>;
   readonly model: string;
   readonly device: DeviceInfo;
+  /** On the CPU backend the build the model runs on and its threads; `null` on WebGPU. */
+  readonly threads: ThreadsReport | null;
   readonly memory: MemoryReport;
   readonly chat: KilnEngine['chat'];
   readonly completions: KilnEngine['completions'];
@@ -183,6 +223,8 @@ export declare class WorkerEngine implements KilnEngine {
   static load(worker: Worker, options: LoadOptions): Promise<WorkerEngine>;
   readonly model: string;
   readonly device: DeviceInfo;
+  /** As `Engine.threads`, for the model in the worker. */
+  readonly threads: ThreadsReport | null;
   /** The model's bytes as the worker reported them when the load finished (`Engine.memory` there). */
   readonly memory: MemoryReport;
   readonly chat: KilnEngine['chat'];

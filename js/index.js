@@ -2,10 +2,9 @@
 // `engine.completions.create(request)` with the request objects of OpenAI's `POST /v1/chat/completions` and
 // `POST /v1/completions`. `stream: true` resolves to an async iterator of chunks; otherwise to the full
 // response. This file is plumbing only: the wasm module (`./kiln.js`) validates, generates and shapes.
-import init, { KilnLoader, KilnModel, checkQuantize, deviceReport } from './kiln.js';
+import init, { KilnLoader, KilnModel, checkQuantize, deviceReport as singleReport } from './kiln.js';
 import { accept, serve } from './http.js';
 
-export { deviceReport };
 export { registerServiceWorker } from './sw-client.js';
 
 /** An OpenAI-shaped error: `status`, and `error` = `{ message, type, param, code }`. */
@@ -31,20 +30,130 @@ export const notLoadedError = () => new KilnError({
     type: 'invalid_request_error', param: null, code: 'model_not_loaded',
   },
 });
+const optionError = (param, message) => new KilnError({ status: 422, error: { message, type: 'invalid_request_error', param, code: 'invalid_value' } });
 
 /** Whether this browser runs WebAssembly SIMD (a 128-bit `i8x16.popcnt` module validates). */
 const hasSimd = () => WebAssembly.validate(new Uint8Array([
   0, 97, 115, 109, 1, 0, 0, 0, 1, 5, 1, 96, 0, 1, 123, 3, 2, 1, 0, 10, 10, 1, 8, 0, 65, 0, 253, 15, 253, 98, 11,
 ]));
 
-let ready;
-/** Initialises the wasm module once (`wasm`: where `kiln_bg.wasm` is, when not beside this file). */
-function initOnce(wasm) {
+// Two builds of the wasm module ship in the package: `./kiln.js` (single-threaded, WebGPU and the CPU
+// backend) and `./threads/kiln.js` (the CPU backend only, its products on rayon's pool of Web Workers over
+// shared memory: wasm threads need `SharedArrayBuffer`, which browsers give only to cross-origin isolated
+// pages, and wgpu's WebGPU objects cannot be shared between threads). A CPU model runs on the threaded build
+// when the page is isolated and more than one thread is wanted; everything else on the single one.
+
+let single;
+/** The single-threaded module, initialised once (`wasm`: where `kiln_bg.wasm` is, when not beside this file). */
+function singleBuild(wasm) {
   if (!hasSimd()) {
     throw new Error('kiln needs WebAssembly SIMD, which this browser lacks (every browser with WebGPU has it, as do Firefox 89+ and Safari 16.4+)');
   }
-  ready ??= init(wasm === undefined ? undefined : { module_or_path: wasm });
-  return ready;
+  single ??= init(wasm === undefined ? undefined : { module_or_path: wasm })
+    .then(() => ({ KilnLoader, KilnModel, checkQuantize, deviceReport: singleReport }));
+  return single;
+}
+
+/** The threaded module with its pool: `{ module, count }`, started once per page (rayon builds one pool). */
+let threaded;
+function threadsBuild(count) {
+  threaded ??= (async () => {
+    const module = await import('./threads/kiln.js');
+    await module.default();
+    // Before anything else runs in it: the first use of rayon would build a pool of one. The calling
+    // thread takes a share of every split product itself (`src/kernels/cpu/split.rs`), so the pool has
+    // one worker fewer than the threads wanted.
+    await module.initThreadPool(count - 1);
+    return { module, count };
+  })();
+  return threaded;
+}
+
+/** Whether this page may run the threaded build: cross-origin isolated, with `SharedArrayBuffer`. */
+const isolated = () => globalThis.crossOriginIsolated === true && typeof SharedArrayBuffer === 'function';
+
+/** The logical cores the browser reports. */
+const cores = () => Math.max(1, Number(globalThis.navigator?.hardwareConcurrency) || 1);
+
+/**
+ * The default number of threads: every logical core, at most 8. Measured on the 2-core machine of the
+ * benchmark (README): 2 threads decode 1.8x and prefill 1.9x one thread; llama.cpp's default of half the
+ * cores is for its spinning threads, while rayon's idle workers sleep.
+ */
+const defaultThreads = () => Math.min(cores(), 8);
+
+/**
+ * Which build a CPU model runs on: `{ build: 'threads' | 'single', count, requested, cores, note }`.
+ * `threads` (a whole number ≥ 1, or undefined for the default) larger than the machine's cores is capped,
+ * with a note; a page that is not cross-origin isolated gets the single-threaded build (a note says why).
+ */
+function planThreads(threads) {
+  if (threads !== undefined && threads !== null && !(Number.isInteger(threads) && threads >= 1)) {
+    throw optionError('threads', '`threads` must be a whole number of threads, 1 or more');
+  }
+  const requested = threads ?? null;
+  const plan = { build: 'single', count: 1, requested, cores: cores(), note: null };
+  if (requested === 1) return plan;
+  if (!isolated()) {
+    plan.note = 'the page is not cross-origin isolated (it needs the headers Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: require-corp), so the single-threaded build runs';
+    return plan;
+  }
+  let count = requested ?? defaultThreads();
+  if (count > plan.cores) {
+    plan.note = `\`threads: ${count}\` is more than the ${plan.cores} logical cores this machine reports: capped to ${plan.cores}`;
+    count = plan.cores;
+  }
+  if (count === 1) return plan;
+  return { ...plan, build: 'threads', count };
+}
+
+/** The pool of the threaded build, started with `plan.count` threads (or the one already running). */
+async function threadsFor(plan) {
+  const { module, count } = await threadsBuild(plan.count);
+  if (count !== plan.count) {
+    plan.note = [plan.note, `this page's thread pool was started with ${count} threads by an earlier load, which this one shares`]
+      .filter(Boolean).join('; ');
+    plan.count = count;
+  }
+  return module;
+}
+
+/** Whether `device: 'auto'` means the CPU backend here: no WebGPU adapter, or only a software one (as the wasm side decides). */
+async function autoIsCpu() {
+  if (!globalThis.navigator?.gpu) return true;
+  try {
+    const adapter = await navigator.gpu.requestAdapter();
+    return !adapter || adapter.info?.isFallbackAdapter === true;
+  } catch {
+    return true;
+  }
+}
+
+/**
+ * The module a model on `device` runs in, and how: `{ wasm, device, threads }` (`device` as the wasm side
+ * takes it; `threads` the plan of [`planThreads`], `null` on WebGPU).
+ */
+async function buildFor(device, threads, wasm) {
+  const plan = planThreads(threads);
+  const cpu = device === 'cpu' || (device === 'auto' && plan.build === 'threads' && (await autoIsCpu()));
+  if (cpu && plan.build === 'threads') {
+    return { wasm: await threadsFor(plan), device: 'cpu', threads: plan };
+  }
+  // On WebGPU (or `auto` with a hardware adapter) the host only drives the GPU; should `auto` still end on
+  // the CPU backend there (the adapter failing to give a device), it runs on this build's one thread.
+  const one = plan.build === 'single' ? plan : { ...plan, build: 'single', count: 1, note: 'the model runs on the single-threaded build, which has WebGPU' };
+  return { wasm: await singleBuild(wasm), device, threads: device === 'webgpu' ? null : one };
+}
+
+/**
+ * Initialises a device and runs the numerical self-check on it: `{ device, check, threads }`. `kind`:
+ * `'webgpu'` (the default) or `'cpu'`; on the CPU, `options.threads` as for `Engine.load` (`threads` in the
+ * result says which build ran it, on how many threads, and why, as `engine.threads` does).
+ */
+export async function deviceReport(kind, { threads, wasm } = {}) {
+  const build = await buildFor(kind ?? 'webgpu', threads, wasm);
+  const report = await build.wasm.deviceReport(kind);
+  return { ...report, threads: build.threads };
 }
 
 // As the wasm side answers: an invalid `source` (like every invalid load option) is a 422; a download
@@ -128,7 +237,7 @@ const PIECE = 16 << 20;
  * bytes are in. Progress: `download` (bytes fetched), `parse` (the header read), `upload` (bytes of
  * tensors on the device), interleaved as the file streams.
  */
-async function streamGguf(model, source, { cache, device, onProgress }) {
+async function streamGguf({ KilnLoader }, model, source, { cache, device, onProgress }) {
   const store = cache && globalThis.caches && isUrl(source) ? await caches.open('kiln-models') : null;
   const writes = [];
   const response = isUrl(source) ? await open(String(source), store, writes) : null;
@@ -252,7 +361,7 @@ export class Engine {
    * prompt starts with one (the earlier turns of a chat) prefills only the rest, and reports the reused
    * tokens as `usage.prompt_tokens_details.cached_tokens`; 0 keeps none.
    */
-  static async load({ model, source, onProgress, cache = false, device = 'auto', quantize, chatTemplate, prefixCacheBytes, wasm } = {}) {
+  static async load({ model, source, onProgress, cache = false, device = 'auto', quantize, chatTemplate, prefixCacheBytes, threads, wasm } = {}) {
     if (typeof model !== 'string' || model === '') {
       throw new KilnError({ status: 422, error: { message: '`model` (the id requests name) must be a non-empty string', type: 'invalid_request_error', param: 'model', code: 'invalid_value' } });
     }
@@ -262,12 +371,17 @@ export class Engine {
     if (prefixCacheBytes !== undefined && prefixCacheBytes !== null && !(Number.isInteger(prefixCacheBytes) && prefixCacheBytes >= 0)) {
       throw new KilnError({ status: 422, error: { message: '`prefixCacheBytes` must be a whole number of bytes (0 or more)', type: 'invalid_request_error', param: 'prefixCacheBytes', code: 'invalid_value' } });
     }
-    await initOnce(wasm);
+    device ??= 'auto';
+    if (!['webgpu', 'cpu', 'auto'].includes(device)) {
+      throw optionError('device', `\`device\` must be "webgpu", "cpu" or "auto", got ${JSON.stringify(device)}`);
+    }
+    const build = await buildFor(device, threads, wasm);
+    const { KilnModel } = build.wasm;
     let inner;
     if (quantize !== undefined && quantize !== null) {
       // Refused before anything is downloaded.
       try {
-        checkQuantize(String(quantize));
+        build.wasm.checkQuantize(String(quantize));
       } catch (e) {
         throw toError(e);
       }
@@ -276,12 +390,12 @@ export class Engine {
       throw new KilnError({ status: 422, error: { message: '`quantize` applies to Hugging Face (safetensors) sources; a GGUF file keeps the types it was quantized to', type: 'invalid_request_error', param: 'quantize', code: 'invalid_value' } });
     }
     if (isUrl(source) || isBytes(source)) {
-      inner = await streamGguf(model, source, { cache, device, onProgress });
+      inner = await streamGguf(build.wasm, model, source, { cache, device: build.device, onProgress });
     } else if (source && typeof source === 'object' && 'config' in source) {
       const files = await hfFiles(source, cache, onProgress);
       const size = files.weights.reduce((n, w) => n + w.bytes.length, 0);
       try {
-        inner = await KilnModel.fromHf(model, files, device, uploadReporter(onProgress, size), quantize ?? undefined);
+        inner = await KilnModel.fromHf(model, files, build.device, uploadReporter(onProgress, size), quantize ?? undefined);
       } catch (e) {
         throw toError(e);
       }
@@ -302,11 +416,16 @@ export class Engine {
         throw toError(e);
       }
     }
-    return new Engine(inner);
+    return new Engine(inner, inner.device.kind === 'cpu' ? build.threads : null);
   }
 
-  constructor(inner) {
+  constructor(inner, threads = null) {
     this.#model = inner;
+    /**
+     * On the CPU backend, the build the model runs on and its threads: `{ build: 'threads' | 'single',
+     * count, requested, cores, note }`; `null` on WebGPU.
+     */
+    this.threads = threads;
     /** When the model was loaded (Unix seconds): `created` in `GET /v1/models`. */
     this.loadedAt = Math.floor(Date.now() / 1000);
     this.chat = { completions: { create: (request, options) => this.#create('chat', request, options) } };
@@ -459,6 +578,8 @@ export class WorkerEngine {
     engine.loadedAt = Math.floor(Date.now() / 1000);
     engine.model = info.model;
     engine.device = info.device;
+    /** As `Engine.threads`: the build and threads of a CPU model in the worker (`null` on WebGPU). */
+    engine.threads = info.threads;
     /** The model's bytes when the load finished (the worker's `Engine.memory` then). */
     engine.memory = info.memory;
     return engine;

@@ -2,7 +2,7 @@
 //!
 //! - **dispatches**: kernel launches on wgpu (WebGPU in the browser, Vulkan natively), every one burn or
 //!   kiln issues, through cubecl's launch observer (one launch is one compute dispatch). The CPU backend
-//!   launches none.
+//!   launches none (and a build without the `webgpu` feature counts none).
 //! - **reads** and **read bytes**: transfers from the device to the host by the generation loop
 //!   ([`note_read`], called by each of its reads), on every backend.
 //!
@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+#[cfg(feature = "webgpu")]
 use cubecl::logging::{LaunchObservation, LaunchObserver};
 use serde::Serialize;
 
@@ -31,6 +32,7 @@ struct Launches {
     by_kernel: Mutex<BTreeMap<&'static str, u64>>,
 }
 
+#[cfg(feature = "webgpu")]
 impl LaunchObserver for Launches {
     fn launched(&self, kernel: &'static str) {
         self.total.fetch_add(1, Ordering::Relaxed);
@@ -73,6 +75,7 @@ pub struct Watch {
     launches: Arc<Launches>,
     reads: u64,
     read_bytes: u64,
+    #[cfg(feature = "webgpu")]
     _observing: LaunchObservation,
 }
 
@@ -80,6 +83,7 @@ pub struct Watch {
 pub fn watch() -> Watch {
     let launches = Arc::new(Launches::default());
     Watch {
+        #[cfg(feature = "webgpu")]
         _observing: LaunchObservation::new(launches.clone()),
         launches,
         reads: READS.load(Ordering::Relaxed),

@@ -12,10 +12,15 @@
 //! first use and hands out clones of the same [`Device`] afterwards.
 
 use burn::tensor::Device;
+#[cfg(feature = "webgpu")]
 use burn::tensor::wgpu::{WgpuSetup, wgpu};
 use serde::Serialize;
 
+#[cfg(feature = "webgpu")]
 use crate::kernels::gpu::{GemvLayout, set_gemv_layout, set_software_adapter};
+/// Without the WebGPU backend there is no GEMV to lay out ([`DeviceInfo::gemv`] is always `None`).
+#[cfg(not(feature = "webgpu"))]
+type GemvLayout = ();
 
 /// Which kind of device a [`Gpu`] or [`cpu`] call produced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -48,6 +53,10 @@ pub struct DeviceInfo {
     /// The decode GEMV's layout, chosen from the adapter's type (`rows` on software adapters, `split` on
     /// GPUs; natively `KILN_GEMV=rows|split` overrides); `None` on the CPU backend.
     pub gemv: Option<GemvLayout>,
+    /// The CPU threads its products run on: the size of rayon's pool in a build with the `threads`
+    /// feature (the package's threaded wasm build), else 1. 1 on wgpu devices, where the host only
+    /// drives the GPU.
+    pub threads: usize,
 }
 
 /// A few of the adapter's limits, in bytes or invocations.
@@ -87,11 +96,25 @@ pub fn cpu() -> (Device, DeviceInfo) {
         shader_f16: false,
         limits: None,
         gemv: None,
+        #[cfg(feature = "threads")]
+        threads: crate::kernels::cpu::split::threads(),
+        #[cfg(not(feature = "threads"))]
+        threads: 1,
     };
     (Device::flex(), info)
 }
 
+/// Without the `webgpu` feature (the threaded wasm build): there is no wgpu device.
+#[cfg(not(feature = "webgpu"))]
+pub async fn gpu() -> Result<Gpu, DeviceError> {
+    Err(DeviceError::Unavailable(
+        "this build of kiln has no WebGPU backend (the threaded CPU build); the package's default build has"
+            .into(),
+    ))
+}
+
 /// The wgpu device (WebGPU in the browser), initialised on first call and shared afterwards.
+#[cfg(feature = "webgpu")]
 pub async fn gpu() -> Result<Gpu, DeviceError> {
     #[cfg(target_family = "wasm")]
     {
@@ -135,6 +158,7 @@ pub async fn gpu() -> Result<Gpu, DeviceError> {
 }
 
 /// What the device is, and the kernel choices made for it ([`set_gemv_layout`]).
+#[cfg(feature = "webgpu")]
 fn describe(setup: &WgpuSetup) -> DeviceInfo {
     let adapter = setup.adapter.get_info();
     let limits = setup.adapter.limits();
@@ -170,5 +194,6 @@ fn describe(setup: &WgpuSetup) -> DeviceInfo {
             max_compute_workgroup_size_x: limits.max_compute_workgroup_size_x,
         }),
         gemv: Some(gemv),
+        threads: 1,
     }
 }

@@ -6,17 +6,20 @@
 //! ([`Runner::read_last`]). Everything after that (sampling, stop rules, detokenisation) is plain Rust on
 //! the host.
 
-use burn::tensor::{Tensor, TensorData, Transaction};
+use burn::tensor::Tensor;
+#[cfg(feature = "webgpu")]
+use burn::tensor::{TensorData, Transaction};
 
 use super::EngineError;
 use super::counters::note_read;
-use crate::kernels::gpu::select::{self, Adjust};
+#[cfg(feature = "webgpu")]
+use crate::kernels::gpu::select;
 use crate::model::{Decoder, KvCache, SelectOnDevice};
 pub use crate::sampling::argmax;
-use crate::sampling::candidates::Candidates;
+use crate::sampling::candidates::{Adjust, Candidates, MAX_K};
 
 /// Candidates per row in [`Readout::Top`] (at most the vocabulary).
-pub const TOP_K: usize = select::MAX_K;
+pub const TOP_K: usize = MAX_K;
 
 /// What a step reads back.
 #[derive(Debug, Clone, Copy)]
@@ -60,11 +63,13 @@ async fn read_rows(logits: Tensor<2>) -> Result<Vec<Vec<f32>>, EngineError> {
     Ok((0..r).map(|i| data[i * v..(i + 1) * v].to_vec()).collect())
 }
 
+#[cfg(feature = "webgpu")]
 fn floats(data: TensorData) -> Result<Vec<f32>, EngineError> {
     data.try_into_vec::<f32>().map_err(device_error)
 }
 
 /// The candidates of `logits: [r, V]` (adjusted in place first), in one read.
+#[cfg(feature = "webgpu")]
 async fn read_top(logits: &Tensor<2>, adjust: &[Adjust], t: f32) -> Result<Vec<Candidates>, EngineError> {
     let [r, v] = logits.dims();
     select::adjust(logits, adjust);
@@ -101,6 +106,12 @@ async fn read_top(logits: &Tensor<2>, adjust: &[Adjust], t: f32) -> Result<Vec<C
             vocab: v,
         })
         .collect())
+}
+
+/// Without the WebGPU backend no decoder selects on the device (`Decoder::selects_on_device`).
+#[cfg(not(feature = "webgpu"))]
+async fn read_top(_: &Tensor<2>, _: &[Adjust], _: f32) -> Result<Vec<Candidates>, EngineError> {
+    Err(device_error("candidates on the device need the WebGPU backend"))
 }
 
 impl Runner {

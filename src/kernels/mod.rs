@@ -15,7 +15,12 @@
 //! Shapes: a weight is `n` rows (outputs) of `k` elements (inputs), row-major in blocks, the layout of a
 //! GGUF tensor (and of a Hugging Face `[out, in]` matrix); activations `x` are `[m, k]`, outputs `[m, n]`.
 
+// Without the WebGPU backend the flex device is burn's only one, and the `_` arms for "any other device"
+// below match nothing.
+#![cfg_attr(not(feature = "webgpu"), allow(unreachable_patterns))]
+
 pub mod cpu;
+#[cfg(feature = "webgpu")]
 pub mod gpu;
 pub mod reference;
 
@@ -23,9 +28,19 @@ use std::sync::Arc;
 
 use burn::backend::flex::FlexTensor;
 use burn::backend::{DispatchDevice, Flex};
-use burn::tensor::{Device, Int, Tensor, TensorData};
+#[cfg(feature = "webgpu")]
+use burn::tensor::Int;
+use burn::tensor::{Device, Tensor, TensorData};
 
 use crate::loader::GgmlType;
+
+/// Why a weight could not be placed on its device: the wgpu kernels' upload error (there is none without
+/// the WebGPU backend: host memory takes any bytes).
+#[cfg(feature = "webgpu")]
+pub type PlaceError = gpu::GpuKernelError;
+/// Why a weight could not be placed on its device (never, without the WebGPU backend).
+#[cfg(not(feature = "webgpu"))]
+pub type PlaceError = std::convert::Infallible;
 
 /// A weight matrix kept in its GGML blocks.
 #[derive(Debug, Clone)]
@@ -43,6 +58,7 @@ enum Store {
     /// Host memory, for the CPU backend: `n` rows of `row_bytes` bytes.
     Host(Arc<[u8]>),
     /// A storage buffer on the wgpu device.
+    #[cfg(feature = "webgpu")]
     Gpu(Box<gpu::GpuWeight>),
 }
 
@@ -51,9 +67,11 @@ impl QuantWeight {
     /// (else the model holds it dense, in f32): quantized types where the device has a kernel; on wgpu
     /// also 16-bit floats, and f32 matrices too large for one storage buffer binding (a dense burn tensor
     /// is one buffer; a [`gpu::GpuWeight`] splits).
+    #[cfg_attr(not(feature = "webgpu"), allow(unused_variables))]
     pub fn keeps(ty: GgmlType, bytes: usize, device: &Device) -> bool {
         match device.as_dispatch() {
             DispatchDevice::Flex(_) => ty.is_quantized() && cpu::supports(ty),
+            #[cfg(feature = "webgpu")]
             DispatchDevice::Cube(_) => {
                 let too_big = max_binding_bytes(device).is_some_and(|limit| bytes as u64 > limit);
                 let kept = ty.is_quantized() || matches!(ty, GgmlType::F16 | GgmlType::BF16) || too_big;
@@ -73,7 +91,7 @@ impl QuantWeight {
         n: usize,
         k: usize,
         device: &Device,
-    ) -> Result<Option<Self>, gpu::GpuKernelError> {
+    ) -> Result<Option<Self>, PlaceError> {
         let Some(row) = ty.row_bytes(k) else {
             return Ok(None);
         };
@@ -82,7 +100,14 @@ impl QuantWeight {
         }
         let store = match device.as_dispatch() {
             DispatchDevice::Flex(_) => Store::Host(Arc::from(bytes)),
+            #[cfg(feature = "webgpu")]
             _ => Store::Gpu(Box::new(gpu::upload(ty, bytes, n, k, device)?)),
+            #[cfg(not(feature = "webgpu"))]
+            #[allow(
+                unreachable_patterns,
+                reason = "the flex device is the only one without WebGPU"
+            )]
+            _ => return Ok(None),
         };
         Ok(Some(Self { ty, n, k, store }))
     }
@@ -91,6 +116,7 @@ impl QuantWeight {
     pub fn bytes(&self) -> usize {
         match &self.store {
             Store::Host(b) => b.len(),
+            #[cfg(feature = "webgpu")]
             Store::Gpu(w) => w.device_bytes(),
         }
     }
@@ -105,6 +131,7 @@ impl QuantWeight {
                 let out = FlexTensor::from_data(TensorData::new(y, [m, self.n]));
                 Tensor::from_primitive::<Flex>(out)
             }
+            #[cfg(feature = "webgpu")]
             Store::Gpu(w) => gpu::matmul(x, w),
         }
     }
@@ -123,6 +150,7 @@ impl QuantWeight {
                 }
                 Tensor::from_data(TensorData::new(out, [ids.len(), self.k]), device)
             }
+            #[cfg(feature = "webgpu")]
             Store::Gpu(w) => {
                 let ids = Tensor::<1, Int>::from_data(TensorData::new(ids.to_vec(), [ids.len()]), device);
                 gpu::embedding(w, ids)
@@ -199,6 +227,7 @@ pub fn softmax_last<const D: usize>(x: Tensor<D>) -> Tensor<D> {
 /// backend has no such limit). A GPU weight larger than this is held in several buffers ([`gpu`]).
 pub fn max_binding_bytes(device: &Device) -> Option<u64> {
     match device.as_dispatch() {
+        #[cfg(feature = "webgpu")]
         DispatchDevice::Cube(_) => gpu::max_binding_bytes(device),
         _ => None,
     }

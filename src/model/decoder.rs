@@ -5,6 +5,7 @@
 //!
 //! Shapes: `b` batch, `s` new positions, `t` cached + new positions, `h` hidden size, `V` vocabulary.
 
+#[cfg(feature = "webgpu")]
 use burn::backend::DispatchDevice;
 use burn::tensor::{Device, Tensor};
 
@@ -58,7 +59,11 @@ impl SelectOnDevice {
     /// the sort costs more than the row it saves (measured: 25–32 ms per step on lavapipe, about 0.4 s on
     /// SwiftShader, against a 49 152-logit read that costs next to nothing there).
     pub fn for_adapter() -> Self {
-        match crate::kernels::gpu::software_adapter() {
+        #[cfg(feature = "webgpu")]
+        let software = crate::kernels::gpu::software_adapter();
+        #[cfg(not(feature = "webgpu"))]
+        let software = true;
+        match software {
             true => Self::Greedy,
             false => Self::Always,
         }
@@ -128,7 +133,14 @@ impl Decoder {
     /// layer shapes they implement) or the generic path (what prefill and the CPU backend run); `true` has
     /// no effect off wgpu or for other shapes.
     pub fn set_fused(&mut self, on: bool) {
-        self.fused = on && matches!(self.device.as_dispatch(), DispatchDevice::Cube(_)) && self.fusable();
+        #[cfg(feature = "webgpu")]
+        {
+            self.fused = on && matches!(self.device.as_dispatch(), DispatchDevice::Cube(_)) && self.fusable();
+        }
+        #[cfg(not(feature = "webgpu"))]
+        {
+            self.fused = on && false;
+        }
     }
 
     /// Whether single-position steps take the fused decode kernels ([`Decoder::set_fused`]).
@@ -145,6 +157,7 @@ impl Decoder {
     /// Which steps may read back candidates ([`Decoder::set_select_on_device`]; `Never` off wgpu).
     pub fn selects_on_device(&self) -> SelectOnDevice {
         match self.device.as_dispatch() {
+            #[cfg(feature = "webgpu")]
             DispatchDevice::Cube(_) => self.select,
             _ => SelectOnDevice::Never,
         }
@@ -215,6 +228,7 @@ impl Decoder {
         if t > c.max_position_embeddings {
             return Err(ForwardError::Position(t - 1));
         }
+        #[cfg(feature = "webgpu")]
         if s == 1 && self.fused {
             return Ok(self.step(tokens, cache));
         }

@@ -7,6 +7,7 @@ pub mod config;
 pub mod decoder;
 pub mod layers;
 pub mod placed;
+#[cfg(feature = "webgpu")]
 mod step;
 
 pub use arch::Arch;

@@ -18,6 +18,20 @@
 
 use super::{Choice, Sampler};
 
+/// The most candidates a row has (`kernels::gpu::select` keeps at most a sixteenth of its 1024-logit
+/// chunks, so each of its levels shrinks the input).
+pub const MAX_K: usize = 64;
+
+/// One logit's change before selection: `logits[row, id] = (logits[row, id] + add) − sub` (the host
+/// sampler's `logit_bias`, then its penalties, in that order and with the same rounding).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Adjust {
+    pub row: u32,
+    pub id: u32,
+    pub add: f32,
+    pub sub: f32,
+}
+
 /// A step's candidates for one row (see the module docs).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Candidates {

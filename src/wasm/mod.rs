@@ -2,6 +2,7 @@
 //! [`crate::engine`].
 //!
 //! - `deviceReport(kind)`: a device and the numerical self-check on it.
+//! - `threadCount()` (and, in the threaded build, `initThreadPool(n)`): the CPU backend's threads.
 //! - `KilnCounters` (`watchDevice()`): dispatches and device reads counted from now on, for benchmarks.
 //! - [`engine`]: `KilnLoader` (a GGUF file pushed in pieces, each tensor to the device as it arrives),
 //!   `KilnModel` (a loaded model; `chatStream` / `completionStream` validate a request and
@@ -52,6 +53,25 @@ pub async fn device_report(kind: Option<String>) -> Result<JsValue, JsError> {
     let check = check_device(&device).await?;
     let report = DeviceReport { device: info, check };
     Ok(report.serialize(&serde_wasm_bindgen::Serializer::json_compatible())?)
+}
+
+/// The threaded build's `initThreadPool(n)`: starts rayon's pool of `n` Web Workers over the shared memory.
+/// `js/index.js` calls it once, right after the module's `init` and before any product runs (rayon's global
+/// pool can be built only once, and the first use of rayon would build a pool of one instead).
+#[cfg(feature = "threads")]
+pub use wasm_bindgen_rayon::init_thread_pool;
+
+/// The threads the CPU backend's products run on: rayon's pool in the threaded build, 1 otherwise.
+#[wasm_bindgen(js_name = threadCount)]
+pub fn thread_count() -> usize {
+    #[cfg(feature = "threads")]
+    {
+        crate::kernels::cpu::split::threads()
+    }
+    #[cfg(not(feature = "threads"))]
+    {
+        1
+    }
 }
 
 /// Dispatches and device reads counted while it lives (`crate::engine::counters`): for benchmarks.

@@ -2,8 +2,9 @@
 //! cache (the default model, see [`crate::data`]), `/fixtures/...` from `tests/fixtures/` (the tiny models
 //! the package's e2e test loads), `/vendor/...` from `target/vendor/` (openai-node bundled for the demo,
 //! `xtask/vendor.mjs`), everything else from `www/`, with the right MIME types
-//! (`application/wasm` is needed for streaming compilation), the cross-origin isolation headers that
-//! threads in wasm will need, `Service-Worker-Allowed: /` (so kiln's Service Worker, served from `/pkg/`, may
+//! (`application/wasm` is needed for streaming compilation), the cross-origin isolation headers
+//! (`Cross-Origin-Opener-Policy: same-origin`, `Cross-Origin-Embedder-Policy: require-corp`: kiln's threaded
+//! build needs `SharedArrayBuffer`; `?isolation=off` leaves them out of one response), `Service-Worker-Allowed: /` (so kiln's Service Worker, served from `/pkg/`, may
 //! take the whole origin as its scope), and CORS headers so the wasm tests (served by wasm-bindgen's runner on another
 //! port) can fetch the model. GET and HEAD only; loopback only.
 
@@ -71,6 +72,15 @@ fn handle(stream: TcpStream, mounts: &Mounts) -> std::io::Result<()> {
     let mut parts = request.split_whitespace();
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or("/"));
     let path = target.split(['?', '#']).next().unwrap_or("/");
+    // `?isolation=off` serves a page without the isolation headers: the tests' page that is not
+    // cross-origin isolated (kiln then runs its single-threaded build).
+    let isolation = match target
+        .split_once('?')
+        .map(|(_, q)| q.split('&').any(|p| p == "isolation=off"))
+    {
+        Some(true) => "",
+        _ => "Cross-Origin-Opener-Policy: same-origin\r\nCross-Origin-Embedder-Policy: require-corp\r\n",
+    };
     let file = resolve(path, mounts);
     let mut out = stream;
     match (method, file.and_then(|f| std::fs::read(&f).ok().map(|b| (f, b)))) {
@@ -78,8 +88,7 @@ fn handle(stream: TcpStream, mounts: &Mounts) -> std::io::Result<()> {
             write!(
                 out,
                 "HTTP/1.1 200 OK\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-cache\r\n\
-                 Cross-Origin-Opener-Policy: same-origin\r\nCross-Origin-Embedder-Policy: require-corp\r\n\
-                 Access-Control-Allow-Origin: *\r\nCross-Origin-Resource-Policy: cross-origin\r\n\
+                 {isolation}Access-Control-Allow-Origin: *\r\nCross-Origin-Resource-Policy: cross-origin\r\n\
                  Service-Worker-Allowed: /\r\nConnection: close\r\n\r\n",
                 mime(&file),
                 body.len()

@@ -1,6 +1,7 @@
 //! Installs what `cargo xtask test` and `cargo xtask demo` need, idempotently, on a Debian machine:
 //!
-//! - rustup: the `wasm32-unknown-unknown` target, `rustfmt` and `clippy`;
+//! - rustup: the `wasm32-unknown-unknown` target, `rustfmt` and `clippy`; a nightly toolchain with `rust-src`
+//!   (the threaded wasm build rebuilds std with atomics);
 //! - apt: `chromium`, `chromium-driver` (headless WebGPU through SwiftShader), `mesa-vulkan-drivers` (native
 //!   wgpu on lavapipe), and `nodejs`/`npm` and `python3` where they are missing;
 //! - cargo: `wasm-bindgen-cli` at exactly the version in `Cargo.lock`, and `wasm-pack` (which is then told to
@@ -18,6 +19,9 @@ use crate::{cargo, run};
 
 /// Debian's chromedriver, which matches Debian's chromium.
 pub const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+/// The toolchain of the package's threaded build (`-Z build-std` is nightly-only). Nightly 1.97
+/// (2026-05-19) is the one these machines have and the one it is tested with.
+pub const NIGHTLY: &str = "nightly";
 /// The wasm-pack release the project is tested with.
 const WASM_PACK_VERSION: &str = "0.15.1";
 const APT_PACKAGES: [&str; 3] = ["chromium", "chromium-driver", "mesa-vulkan-drivers"];
@@ -78,6 +82,23 @@ fn rustup() -> Result<(), String> {
         if !components.lines().any(|c| c.starts_with(component)) {
             run(Command::new("rustup").args(["component", "add", component]))?;
         }
+    }
+    // The package's threaded build (`pkg::build_threads`) rebuilds std with atomics: a nightly toolchain and
+    // its standard library's sources.
+    let nightly = ["--toolchain", NIGHTLY];
+    if output(Command::new("rustup").args(["run", NIGHTLY, "rustc", "--version"])).is_none() {
+        run(Command::new("rustup").args(["toolchain", "install", NIGHTLY, "--profile", "minimal"]))?;
+    }
+    let components = output(
+        Command::new("rustup")
+            .args(["component", "list", "--installed"])
+            .args(nightly),
+    )
+    .unwrap_or_default();
+    if !components.lines().any(|c| c.starts_with("rust-src")) {
+        run(Command::new("rustup")
+            .args(["component", "add", "rust-src"])
+            .args(nightly))?;
     }
     Ok(())
 }

@@ -1,5 +1,5 @@
 //! Quantized matrix products on the CPU, straight from GGML blocks: `y = x · Wᵀ` with `W` kept in its
-//! GGUF storage type, single-threaded and written so LLVM vectorizes it (wasm32 `simd128`, x86 SSE/AVX).
+//! GGUF storage type, written so LLVM vectorizes it (wasm32 `simd128`, x86 SSE/AVX).
 //!
 //! Shapes: `x` is `m × k` row-major f32 (the activations, `m` = 1 when decoding, 64…512 when prefilling),
 //! `W` is `n` rows of `k` elements (the GGUF tensor of shape `[k, n]` in GGML order, i.e. `n` output
@@ -33,8 +33,11 @@
 //! - F32/F16/BF16 weights are widened a row at a time and take f32 dot products, four activation rows per
 //!   pass over a weight row ([`float`]), at any `m`.
 //! - On x86_64 the same code is also compiled for AVX2 + FMA and chosen at run time (native builds target
-//!   SSE2); on wasm32 `simd128` intrinsics replace the loops LLVM does not vectorize well there. Single
-//!   threaded throughout, no allocation per block.
+//!   SSE2); on wasm32 `simd128` intrinsics replace the loops LLVM does not vectorize well there. No
+//!   allocation per block.
+//! - Threads (the `threads` feature, [`split`]): the output features are split into one range of weight
+//!   rows per thread of rayon's pool, each range the single-threaded kernel above; without the feature
+//!   (the default wasm build) everything runs on the calling thread.
 //!
 //! Accuracy: the 16-bit activations (decode only) are the only approximation beyond f32 rounding; an
 //! output deviates from
@@ -48,6 +51,8 @@ pub mod float;
 pub mod kquants;
 pub mod panel;
 pub mod q32;
+pub mod split;
+pub mod team;
 
 use crate::loader::quant::GgmlType;
 
@@ -93,14 +98,28 @@ pub fn matmul(ty: GgmlType, w: &[u8], n: usize, k: usize, x: &[f32], m: usize) -
     if m == 0 || n == 0 || k == 0 {
         return y;
     }
+    #[cfg(feature = "threads")]
+    if let Some(rows) = split::range_rows(split::threads(), n, k, m) {
+        let helpers = split::threads() - 1;
+        split::matmul(ty, w, n, k, m, &mut y, rows, helpers, &|w, n, y| {
+            one_thread(ty, w, n, k, x, m, y)
+        });
+        return y;
+    }
+    one_thread(ty, w, n, k, x, m, &mut y);
+    y
+}
+
+/// [`matmul`] on the calling thread, into a zeroed `y`: the AVX2 + FMA build of the kernels where the CPU
+/// has them (x86_64), the baseline one otherwise.
+fn one_thread(ty: GgmlType, w: &[u8], n: usize, k: usize, x: &[f32], m: usize, y: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
         // SAFETY: `matmul_avx2` only requires AVX2 and FMA, which the CPU has (checked just above).
-        unsafe { matmul_avx2(ty, w, n, k, x, m, &mut y) };
-        return y;
+        unsafe { matmul_avx2(ty, w, n, k, x, m, y) };
+        return;
     }
-    matmul_into(ty, w, n, k, x, m, &mut y);
-    y
+    matmul_into(ty, w, n, k, x, m, y);
 }
 
 /// [`matmul_into`] compiled for AVX2 + FMA (native x86_64 builds target SSE2 only; burn-flex's gemm

@@ -41,7 +41,7 @@ const PANEL_BYTES: usize = 256 * 1024;
 /// `gemm`'s micro-kernel heights (12 rows on simd128, 3 vectors of 4 lanes; 16, 24 or 48 natively), so no
 /// panel ends in a narrower edge kernel (measured in V8: with 112-row panels a tenth of `gemm`'s time went
 /// to its 4- and 8-row edge kernels).
-fn panel_rows(k: usize) -> usize {
+pub(crate) fn panel_rows(k: usize) -> usize {
     (PANEL_BYTES / (4 * k.max(1)) / 48 * 48).max(48)
 }
 

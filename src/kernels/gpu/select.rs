@@ -31,7 +31,7 @@ const WG: usize = 256;
 /// Per thread.
 const PER: usize = CHUNK / WG;
 /// The most pairs a level keeps per chunk (at most a sixteenth of a chunk, so each level shrinks the input).
-pub const MAX_K: usize = 64;
+pub use crate::sampling::candidates::MAX_K;
 /// The id of padding: above any vocabulary (exact in f32).
 const PAD_ID: f32 = 16_777_216.0;
 /// The value of padding: below any finite logit.
@@ -185,15 +185,7 @@ fn adjust_kernel(logits: &mut [f32], entries: &[f32], v: usize, m: usize) {
     }
 }
 
-/// One logit's change before selection: `logits[row, id] = (logits[row, id] + add) − sub` (the host
-/// sampler's `logit_bias`, then its penalties, in that order and with the same rounding).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Adjust {
-    pub row: u32,
-    pub id: u32,
-    pub add: f32,
-    pub sub: f32,
-}
+pub use crate::sampling::candidates::Adjust;
 
 /// Applies `entries` to `logits: [b, V]` in place (one launch; none for no entries). Each `(row, id)`
 /// at most once; entries outside the tensor are dropped.

@@ -1,0 +1,149 @@
+//! A quantized product split across rayon's pool (the `threads` feature): the `n` output features are cut
+//! into one contiguous range of weight rows per thread, and each range runs the single-threaded kernel of
+//! [`super::matmul`] on its own rows, so every thread streams its own share of the weight bytes (decode is
+//! bound by reading them) and the arithmetic is the same as on one thread, output for output: the split
+//! changes no result bit (`tests/kernels_cpu.rs` checks it against the unsplit kernel).
+//!
+//! Shapes as [`super::matmul`]: `x` is `m × k` row-major f32, `w` is `n` rows of `row_bytes` bytes, `y` is
+//! `m × n` row-major. With one activation row a range's outputs are a contiguous piece of `y` and are
+//! written in place; with more, each range computes its `m × n_range` block into a buffer of its own and the
+//! blocks are copied into their columns of `y` afterwards (`m · n` floats, against `m · n · k`
+//! multiply-adds).
+//!
+//! The threads are the calling thread and the helpers of [`super::team`], hosted by rayon's pool (on wasm32
+//! wasm-bindgen-rayon's Web Workers). Only the `threads` build splits products ([`super::matmul`]); the
+//! code is compiled everywhere so that the native tests run it ([`matmul_split`]).
+
+use super::team;
+use crate::loader::quant::GgmlType;
+
+/// Below this many multiply-adds (`m · n · k`) a product runs on the calling thread alone: waking the pool
+/// costs tens of microseconds, about what a 64 Ki-element product takes on one core.
+const MIN_WORK: usize = 1 << 16;
+
+/// Ranges are whole multiples of this many weight rows: 48 is the least common multiple of `gemm`'s
+/// micro-kernel heights (see [`super::panel`]), and a multiple of the decode kernels' four rows per pass.
+const ROW_ALIGN: usize = 48;
+
+/// Ranges per thread: the team claims ranges as it goes, so a helper that starts late (or a core that
+/// is busy elsewhere) leaves its share to the others instead of holding up the product.
+const RANGES_PER_THREAD: usize = 2;
+
+/// The weight rows of each range when `n` rows are split across `threads`, or `None` when the product is
+/// better left on one thread (a pool of one, too little work, or too few rows to share).
+pub fn range_rows(threads: usize, n: usize, k: usize, m: usize) -> Option<usize> {
+    let rows = aligned(n.div_ceil(threads * RANGES_PER_THREAD), k, m);
+    if threads < 2 || m.saturating_mul(n).saturating_mul(k) < MIN_WORK || rows >= n {
+        return None;
+    }
+    Some(rows)
+}
+
+/// `rows` rounded up to whole ranges: for the prefill path (`m ≥ panel::ROWS_FROM`) whole panels of
+/// [`super::panel`], so that every `gemm` call is the one the unsplit product makes (`gemm`'s summation
+/// order depends on its shape: ranges cut across panels change low bits); else multiples of [`ROW_ALIGN`].
+fn aligned(rows: usize, k: usize, m: usize) -> usize {
+    let align = if m >= super::panel::ROWS_FROM {
+        super::panel::panel_rows(k)
+    } else {
+        ROW_ALIGN
+    };
+    rows.max(1).next_multiple_of(align)
+}
+
+/// `y[m, n] = x · Wᵀ` as [`super::matmul`], with `y` zeroed, in ranges of `rows` weight rows shared by the
+/// calling thread and up to `helpers` of the [`team`]'s helpers. `kernel(w, n, y)` is the single-threaded product of `n`
+/// weight rows `w` into an `m × n` row-major `y` (also zeroed).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the product's shape, its operands and the kernel"
+)]
+pub fn matmul(
+    ty: GgmlType,
+    w: &[u8],
+    n: usize,
+    k: usize,
+    m: usize,
+    y: &mut [f32],
+    rows: usize,
+    helpers: usize,
+    kernel: &(dyn Fn(&[u8], usize, &mut [f32]) + Sync),
+) {
+    let row_bytes = k / ty.block_elems() * ty.block_bytes();
+    let ranges = n.div_ceil(rows);
+    let nr = |i: usize| rows.min(n - i * rows);
+    let weights = |i: usize| &w[i * rows * row_bytes..(i * rows + nr(i)) * row_bytes];
+    if m == 1 {
+        let out = Disjoint(y.as_mut_ptr());
+        team::run(ranges, helpers, &|i| {
+            // SAFETY: range i is y[i·rows .. i·rows + nr(i)], within y (n elements) and disjoint from every
+            // other range; the team runs each range once, and `y` outlives `run`.
+            let out = unsafe { std::slice::from_raw_parts_mut(out.at(i * rows), nr(i)) };
+            kernel(weights(i), nr(i), out);
+        });
+        return;
+    }
+    let blocks: Vec<std::sync::Mutex<Vec<f32>>> = (0..ranges)
+        .map(|i| std::sync::Mutex::new(vec![0.0; m * nr(i)]))
+        .collect();
+    team::run(ranges, helpers, &|i| {
+        // Each block is locked once, by the one thread that runs its range: never contended.
+        if let Ok(mut out) = blocks[i].lock() {
+            kernel(weights(i), nr(i), &mut out);
+        }
+    });
+    for (i, block) in blocks.into_iter().enumerate() {
+        let block = block
+            .into_inner()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let n0 = i * rows;
+        for (r, piece) in block.chunks_exact(nr(i)).enumerate() {
+            y[r * n + n0..r * n + n0 + nr(i)].copy_from_slice(piece);
+        }
+    }
+}
+
+/// [`super::matmul`] split into ranges for `threads` threads whether or not the product is large enough to
+/// be worth it (at least two ranges where `n` allows): for the tests, which compare it bit for bit with the
+/// one-thread kernels. Runs on the caller and the [`team`] as the `threads` build does.
+pub fn matmul_split(
+    ty: GgmlType,
+    w: &[u8],
+    n: usize,
+    k: usize,
+    x: &[f32],
+    m: usize,
+    threads: usize,
+) -> Vec<f32> {
+    let mut y = vec![0.0; m * n];
+    if m == 0 || n == 0 || k == 0 {
+        return y;
+    }
+    let rows = match m >= super::panel::ROWS_FROM {
+        true => aligned(n.div_ceil(threads.max(2) * RANGES_PER_THREAD), k, m),
+        false => n.div_ceil(threads.max(2) * RANGES_PER_THREAD).max(1),
+    };
+    let helpers = threads.saturating_sub(1);
+    matmul(ty, w, n, k, m, &mut y, rows, helpers, &|w, n, y| {
+        super::one_thread(ty, w, n, k, x, m, y)
+    });
+    y
+}
+
+/// `y`'s base pointer, shared by the team's threads, each writing its own range.
+struct Disjoint(*mut f32);
+// SAFETY: the ranges written through it are disjoint (see `matmul`).
+unsafe impl Sync for Disjoint {}
+impl Disjoint {
+    fn at(&self, i: usize) -> *mut f32 {
+        // SAFETY (of callers): `i` is within the slice the pointer came from.
+        self.0.wrapping_add(i)
+    }
+}
+
+/// The threads products are split across: rayon's pool, whose workers host the team's helpers, and the
+/// calling thread, which takes ranges itself (so the pool is started with one thread fewer than the
+/// threads wanted; `js/index.js` does).
+pub fn threads() -> usize {
+    rayon::current_num_threads() + 1
+}
