@@ -439,3 +439,37 @@ fn model_shapes() {
         }
     }
 }
+
+/// The threaded build's split products (`cpu::split`: ranges of weight rows on the calling thread and the
+/// team's helpers, real threads here) equal the one-thread kernels bit for bit: each output is computed by
+/// the same kernel on the same rows, whichever thread runs its range. Decode (m = 1, written in place) and
+/// prefill (m ≥ 4, the panel path, blocks copied into their columns), 2–4 threads, ragged last ranges.
+#[test]
+fn split_products_equal_one_thread() {
+    let mut rng = Rng(7);
+    for ty in [
+        GgmlType::Q4_1,
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+        GgmlType::Q8_0,
+        GgmlType::F16,
+    ] {
+        let k = 2 * 256;
+        for (m, n) in [(1, 576), (1, 197), (2, 100), (5, 333), (64, 150)] {
+            let w = quantized_weights(ty, n, k, &mut rng);
+            let x = random_x(m, k, &mut rng);
+            let one = cpu::matmul(ty, &w, n, k, &x, m);
+            for threads in 2..=4 {
+                // Many products in a row, as a decode step runs them: the helpers stay on between them.
+                for _ in 0..3 {
+                    let split = cpu::split::matmul_split(ty, &w, n, k, &x, m, threads);
+                    let same = one.iter().zip(&split).all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(
+                        same,
+                        "{ty:?} m={m} n={n} on {threads} threads differs from one thread"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -27,7 +27,11 @@ function serve(mounts) {
       res.writeHead(404).end();
       return;
     }
-    res.writeHead(200, { 'content-type': types[extname(file)] ?? 'application/octet-stream', 'content-length': statSync(file).size });
+    // Cross-origin isolated, as tests/vite-app/vite.config.js serves it: kiln's threaded build can run.
+    res.writeHead(200, {
+      'content-type': types[extname(file)] ?? 'application/octet-stream', 'content-length': statSync(file).size,
+      'cross-origin-opener-policy': 'same-origin', 'cross-origin-embedder-policy': 'require-corp',
+    });
     createReadStream(file).pipe(res);
   });
   return new Promise((ok) => server.listen(0, '127.0.0.1', () => ok(server)));
@@ -55,7 +59,7 @@ test('npm pack → install in a Vite app → vite build → runs in Chromium; an
   try {
     const [packed] = JSON.parse(execFileSync('npm', ['pack', '--json', '--pack-destination', work], { cwd: join(root, 'pkg'), encoding: 'utf8' }));
     const files = packed.files.map((f) => f.path);
-    for (const f of ['package.json', 'index.js', 'index.d.ts', 'worker.js', 'worker.d.ts', 'kiln.js', 'kiln.d.ts', 'kiln_bg.wasm', 'api.d.ts']) {
+    for (const f of ['package.json', 'index.js', 'index.d.ts', 'worker.js', 'worker.d.ts', 'kiln.js', 'kiln.d.ts', 'kiln_bg.wasm', 'api.d.ts', 'threads/kiln.js', 'threads/kiln_bg.wasm']) {
       assert.ok(files.includes(f), `the tarball has ${f} (has ${files.join(', ')})`);
     }
     const app = join(work, 'app');
@@ -75,6 +79,7 @@ test('npm pack → install in a Vite app → vite build → runs in Chromium; an
     assert.equal(vite.streamed, text(vite.viaWorker), 'streamed from the worker = full');
     assert.equal(text(vite.direct), text(vite.viaWorker), 'CPU on the page = WebGPU in the worker');
     assert.deepEqual(vite.error, { kiln: true, param: 'top_p' });
+    assert.equal(vite.threads.build, 'threads', `the bundled package runs its threaded build on the isolated page (${JSON.stringify(vite.threads)})`);
 
     const plain = await open(browser, `${base}/plain/plain.html`, 'plain-module.png');
     assert.equal(plain.object, 'text_completion');

@@ -1,5 +1,6 @@
 // A web app as a user writes it: `npm install kiln-llm` (here, the packed tarball), bundled by Vite. The
-// model runs in a module Web Worker (./worker.js imports `kiln-llm/worker`), and once on this thread.
+// model runs in a module Web Worker (./worker.js imports `kiln-llm/worker`), and once on this thread (on the
+// CPU: the package's threaded build, as the page is cross-origin isolated).
 import { Engine, WorkerEngine, KilnError } from 'kiln-llm';
 
 const source = '/fixtures/gguf/tiny-llama.gguf';
@@ -20,6 +21,7 @@ async function main() {
   worker.terminate();
   const onPage = await Engine.load({ model: 'tiny', source, device: 'cpu' });
   const direct = await onPage.chat.completions.create(request);
+  const threads = onPage.threads;
   let error = null;
   try {
     await onPage.completions.create({ model: 'tiny', prompt: 'x', top_p: 2 });
@@ -27,7 +29,7 @@ async function main() {
     error = { kiln: e instanceof KilnError, param: e.param };
   }
   await onPage.unload();
-  return { viaWorker, streamed, direct, error };
+  return { viaWorker, streamed, direct, threads, error };
 }
 
 main().then(
