@@ -51,6 +51,9 @@ fn aligned(rows: usize, k: usize, m: usize) -> usize {
     rows.max(1).next_multiple_of(align)
 }
 
+/// The single-threaded product of one range: `kernel(w, n, y)`, `n` weight rows `w` into an `m × n` `y`.
+pub type RangeKernel<'a> = dyn Fn(&[u8], usize, &mut [f32]) + Sync + 'a;
+
 /// `y[m, n] = x · Wᵀ` as [`super::matmul`], with `y` zeroed, in ranges of `rows` weight rows shared by the
 /// calling thread and up to `helpers` of the [`team`]'s helpers. `kernel(w, n, y)` is the single-threaded product of `n`
 /// weight rows `w` into an `m × n` row-major `y` (also zeroed).
@@ -67,7 +70,7 @@ pub fn matmul(
     y: &mut [f32],
     rows: usize,
     helpers: usize,
-    kernel: &(dyn Fn(&[u8], usize, &mut [f32]) + Sync),
+    kernel: &RangeKernel<'_>,
 ) {
     let row_bytes = k / ty.block_elems() * ty.block_bytes();
     let ranges = n.div_ceil(rows);
