@@ -69,8 +69,12 @@ function threadsBuild(count) {
   return threaded;
 }
 
-/** Whether this page may run the threaded build: cross-origin isolated, with `SharedArrayBuffer`. */
-const isolated = () => globalThis.crossOriginIsolated === true && typeof SharedArrayBuffer === 'function';
+/**
+ * Whether this context may run the threaded build: cross-origin isolated, with `SharedArrayBuffer`, and able
+ * to start Web Workers (a Service Worker cannot).
+ */
+const isolated = () => globalThis.crossOriginIsolated === true && typeof SharedArrayBuffer === 'function'
+  && typeof Worker === 'function';
 
 /** The logical cores the browser reports. */
 const cores = () => Math.max(1, Number(globalThis.navigator?.hardwareConcurrency) || 1);
@@ -95,7 +99,9 @@ function planThreads(threads) {
   const plan = { build: 'single', count: 1, requested, cores: cores(), note: null };
   if (requested === 1) return plan;
   if (!isolated()) {
-    plan.note = 'the page is not cross-origin isolated (it needs the headers Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: require-corp), so the single-threaded build runs';
+    plan.note = typeof Worker === 'function'
+      ? 'the page is not cross-origin isolated (it needs the headers Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: require-corp), so the single-threaded build runs'
+      : 'this context cannot start Web Workers (a Service Worker), so the single-threaded build runs';
     return plan;
   }
   let count = requested ?? defaultThreads();
