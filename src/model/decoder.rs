@@ -137,9 +137,11 @@ impl Decoder {
         {
             self.fused = on && matches!(self.device.as_dispatch(), DispatchDevice::Cube(_)) && self.fusable();
         }
+        // Without the WebGPU backend there is no wgpu device to fuse on.
         #[cfg(not(feature = "webgpu"))]
         {
-            self.fused = on && false;
+            let _ = on;
+            self.fused = false;
         }
     }
 

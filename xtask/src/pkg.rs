@@ -47,28 +47,13 @@ pub fn build(tools: &Tools, root: &Path, opt: Opt) -> Result<(), String> {
 /// `target/pkg-threads/`; the build's files are copied from there.
 pub fn build_threads(tools: &Tools, root: &Path, opt: Opt) -> Result<(), String> {
     let out = root.join("target").join("pkg-threads");
-    let mut cmd = tools.command("wasm-pack");
-    cmd.current_dir(root)
-        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+    let mut cmd = wasm_pack_build(tools, root, &out, opt);
+    cmd.env_remove("RUSTC_WORKSPACE_WRAPPER")
         .env("RUSTUP_TOOLCHAIN", crate::setup::NIGHTLY)
         .env(
             "CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS",
             THREADS_RUSTFLAGS.split_whitespace().collect::<Vec<_>>().join(" "),
-        )
-        .args([
-            "build",
-            "--mode",
-            "no-install",
-            "--target",
-            "web",
-            "--release",
-            "--out-dir",
-        ])
-        .arg(&out)
-        .args(["--out-name", "kiln"]);
-    if opt == Opt::Skip {
-        cmd.arg("--no-opt");
-    }
+        );
     cmd.args([
         "--",
         "--no-default-features",
@@ -107,23 +92,29 @@ fn copy_tree(from: &Path, to: &Path) -> Result<(), String> {
 /// The single-threaded build (WebGPU and the CPU backend) into `pkg/`, where wasm-pack also writes the
 /// package's `package.json` and README.
 fn build_single(tools: &Tools, root: &Path, opt: Opt) -> Result<(), String> {
+    run(&mut wasm_pack_build(tools, root, Path::new("pkg"), opt))
+}
+
+/// `wasm-pack build` of the crate for `--target web` in the release profile into `out` (named `kiln`), with
+/// wasm-opt unless `opt` skips it; cargo arguments may follow (after `--`).
+fn wasm_pack_build(tools: &Tools, root: &Path, out: &Path, opt: Opt) -> std::process::Command {
     let mut cmd = tools.command("wasm-pack");
-    cmd.current_dir(root).args([
-        "build",
-        "--mode",
-        "no-install",
-        "--target",
-        "web",
-        "--release",
-        "--out-dir",
-        "pkg",
-        "--out-name",
-        "kiln",
-    ]);
+    cmd.current_dir(root)
+        .args([
+            "build",
+            "--mode",
+            "no-install",
+            "--target",
+            "web",
+            "--release",
+            "--out-dir",
+        ])
+        .arg(out)
+        .args(["--out-name", "kiln"]);
     if opt == Opt::Skip {
         cmd.arg("--no-opt");
     }
-    run(&mut cmd)
+    cmd
 }
 
 /// The package's own files beside the builds: the JS API, the types, the merged manifest; then the demo's

@@ -99,9 +99,10 @@ pub fn matmul(ty: GgmlType, w: &[u8], n: usize, k: usize, x: &[f32], m: usize) -
         return y;
     }
     #[cfg(feature = "threads")]
-    if let Some(rows) = split::range_rows(split::threads(), n, k, m) {
-        let helpers = split::threads() - 1;
-        split::matmul(ty, w, n, k, m, &mut y, rows, helpers, &|w, n, y| {
+    let threads = split::threads();
+    #[cfg(feature = "threads")]
+    if let Some(rows) = split::range_rows(threads, n, k, m) {
+        split::matmul(ty, w, n, k, m, &mut y, rows, threads - 1, &|w, n, y| {
             one_thread(ty, w, n, k, x, m, y)
         });
         return y;
