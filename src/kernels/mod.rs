@@ -222,6 +222,74 @@ pub fn softmax_last<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     }
 }
 
+/// Causal attention of `q` (`[b, H, s, d]`, the last `s` of `t` positions) over `keys`, `values` (`[b, K,
+/// t, d]`, `K` dividing `H`) on the CPU backend ([`cpu::attention`]: the masks as index ranges, GQA read in
+/// place, split across threads in the `threads` build): `[b, s, H·d]`. `None` on any other device, whose
+/// caller takes burn's ops.
+pub fn attention(
+    q: &Tensor<4>,
+    keys: &Tensor<4>,
+    values: &Tensor<4>,
+    scale: f64,
+    softcap: Option<f64>,
+    window: Option<usize>,
+) -> Option<Tensor<3>> {
+    if !matches!(q.device().as_dispatch(), DispatchDevice::Flex(_)) {
+        return None;
+    }
+    let ([b, heads, s, d], [_, kv_heads, t, _]) = (q.dims(), keys.dims());
+    let dims = cpu::attention::Dims {
+        b,
+        heads,
+        kv_heads,
+        s,
+        t,
+        d,
+        scale: scale as f32,
+        softcap: softcap.map(|c| c as f32),
+        window,
+    };
+    let out = with_flex_heads(q, |q| {
+        with_flex_heads(keys, |k| {
+            with_flex_heads(values, |v| cpu::attention::attention(q, k, v, dims))
+        })
+    });
+    let out = FlexTensor::from_data(TensorData::new(out, [b, s, heads * d]));
+    Some(Tensor::from_primitive::<Flex>(out))
+}
+
+/// Runs `f` on a flex tensor `[b, n, rows, d]` seen as [`cpu::attention::Heads`]: its own storage and
+/// strides where its rows are contiguous (a narrowed cache, swapped heads), else a contiguous copy.
+fn with_flex_heads<R>(x: &Tensor<4>, f: impl FnOnce(cpu::attention::Heads<'_>) -> R) -> R {
+    let t = match x.clone().try_into_primitive::<Flex>() {
+        Ok(t) => t,
+        Err(e) => panic!("CPU attention met a tensor of another backend: {e:?}"),
+    };
+    fn heads(t: &FlexTensor) -> Option<cpu::attention::Heads<'_>> {
+        let layout = t.layout();
+        let strides: Vec<usize> = layout
+            .strides()
+            .iter()
+            .map(|&s| usize::try_from(s).ok())
+            .collect::<Option<_>>()?;
+        (strides.len() == 4 && (strides[3] == 1 || layout.shape()[3] == 1)).then(|| cpu::attention::Heads {
+            data: t.storage::<f32>(),
+            offset: layout.start_offset(),
+            batch: strides[0],
+            head: strides[1],
+            row: strides[2],
+        })
+    }
+    match heads(&t) {
+        Some(view) => f(view),
+        None => {
+            let t = t.to_contiguous();
+            let view = heads(&t).expect("a contiguous 4-d tensor has unit inner stride");
+            f(view)
+        }
+    }
+}
+
 /// The largest storage buffer binding `device` allows, in bytes (WebGPU's `maxStorageBufferBindingSize`,
 /// capped by `maxBufferSize`), as the loader may report it; `None` on a device that is not wgpu (the CPU
 /// backend has no such limit). A GPU weight larger than this is held in several buffers ([`gpu`]).

@@ -46,6 +46,7 @@
 
 pub mod act;
 pub mod activation;
+pub mod attention;
 pub mod dot;
 pub mod float;
 pub mod kquants;

@@ -32,23 +32,42 @@ const RANGES_PER_THREAD: usize = 2;
 /// The weight rows of each range when `n` rows are split across `threads`, or `None` when the product is
 /// better left on one thread (a pool of one, too little work, or too few rows to share).
 pub fn range_rows(threads: usize, n: usize, k: usize, m: usize) -> Option<usize> {
-    let rows = aligned(n.div_ceil(threads * RANGES_PER_THREAD), k, m);
-    if threads < 2 || m.saturating_mul(n).saturating_mul(k) < MIN_WORK || rows >= n {
+    if threads < 2 || m.saturating_mul(n).saturating_mul(k) < MIN_WORK {
         return None;
     }
-    Some(rows)
+    let rows = balanced(threads, n, align(k, m));
+    (rows < n).then_some(rows)
 }
 
-/// `rows` rounded up to whole ranges: for the prefill path (`m ≥ panel::ROWS_FROM`) whole panels of
+/// What ranges are whole multiples of: for the prefill path (`m ≥ panel::ROWS_FROM`) whole panels of
 /// [`super::panel`], so that every `gemm` call is the one the unsplit product makes (`gemm`'s summation
-/// order depends on its shape: ranges cut across panels change low bits); else multiples of [`ROW_ALIGN`].
-fn aligned(rows: usize, k: usize, m: usize) -> usize {
-    let align = if m >= super::panel::ROWS_FROM {
-        super::panel::panel_rows(k)
-    } else {
-        ROW_ALIGN
+/// order depends on its shape: ranges cut across panels change low bits); else [`ROW_ALIGN`] rows.
+fn align(k: usize, m: usize) -> usize {
+    match m >= super::panel::ROWS_FROM {
+        true => super::panel::panel_rows(k),
+        false => ROW_ALIGN,
+    }
+}
+
+/// Rows per range, a multiple of `align`, for `n` rows on `threads` threads: the fewest units of `align`
+/// rows on the busiest thread (ranges claimed in turn), and among those the range count nearest
+/// [`RANGES_PER_THREAD`] per thread. E.g. 6 prefill panels on 2 threads: 3 ranges of 2 panels keep one
+/// thread busy for 4 panels; 2 ranges of 3 (or 6 of 1) for 3.
+///
+/// Past 16 units per range the imbalance is at most a sixteenth: the even cut is taken without a search.
+fn balanced(threads: usize, n: usize, align: usize) -> usize {
+    let units = n.div_ceil(align).max(1);
+    let even = units.div_ceil(threads * RANGES_PER_THREAD);
+    if even > 16 {
+        return even * align;
+    }
+    let cost = |per: usize| {
+        let ranges = units.div_ceil(per);
+        let busiest = ranges.div_ceil(threads) * per;
+        (busiest, ranges.abs_diff(threads * RANGES_PER_THREAD))
     };
-    rows.max(1).next_multiple_of(align)
+    let per = (1..=units).min_by_key(|&per| cost(per)).unwrap_or(1);
+    per * align
 }
 
 /// The single-threaded product of one range: `kernel(w, n, y)`, `n` weight rows `w` into an `m × n` `y`.
@@ -123,7 +142,7 @@ pub fn matmul_split(
         return y;
     }
     let rows = match m >= super::panel::ROWS_FROM {
-        true => aligned(n.div_ceil(threads.max(2) * RANGES_PER_THREAD), k, m),
+        true => balanced(threads.max(2), n, align(k, m)),
         false => n.div_ceil(threads.max(2) * RANGES_PER_THREAD).max(1),
     };
     let helpers = threads.saturating_sub(1);

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use burn::backend::DispatchDevice;
 use burn::tensor::{Device, Tensor, TensorData};
 
 use super::kv_cache::KvCache;
@@ -48,8 +49,8 @@ pub struct Positions {
     pub s: usize,
     /// `(cos, sin)` `[1, 1, s, r / 2]` per rope table.
     ropes: Vec<(Tensor<4>, Tensor<4>)>,
-    /// Additive `[1, 1, s, t]` masks by window (`None`: causal only); absent for one new position, which
-    /// sees every cached key (a window narrows the keys instead).
+    /// Additive `[1, 1, s, t]` masks by window (`None`: causal only) for burn's ops; absent for one new
+    /// position, which sees every cached key (a window narrows the keys instead), and on the CPU backend.
     masks: BTreeMap<Option<usize>, Tensor<4>>,
 }
 
@@ -66,7 +67,9 @@ impl Positions {
         let ropes = tables.iter().map(|t| t.at(pos, s, capacity)).collect();
         let t = pos + s;
         let mut masks = BTreeMap::new();
-        if s > 1 {
+        // The CPU backend's attention applies the masks as index ranges (`kernels::attention`).
+        let generic = !matches!(device.as_dispatch(), DispatchDevice::Flex(_));
+        if s > 1 && generic {
             for window in config.layers.iter().map(|l| l.window) {
                 masks.entry(window).or_insert_with(|| {
                     // Query i (absolute pos + i) sees keys j ≤ pos + i, and within a window w only those with
@@ -125,6 +128,10 @@ impl Attention {
             k = rope::apply(k, cos, sin);
         }
         let (mut keys, mut values) = cache.append(layer, k, v); // [b, K, t, d]
+        if let Some(attn) = kernels::attention(&q, &keys, &values, c.attn_scale, c.attn_softcap, kind.window)
+        {
+            return self.o.forward(attn);
+        }
         let mut t = at.pos + s;
         if s == 1
             && let Some(w) = kind.window
