@@ -28,10 +28,6 @@ use super::activation::{exp, softmax_rows};
 /// natively), so a piece's score product runs no narrow edge kernel.
 pub const BLOCK: usize = 48;
 
-/// Below this many multiply-adds a call runs on the calling thread alone (as [`super::split`]'s bound).
-#[cfg(feature = "threads")]
-const MIN_WORK: usize = 1 << 16;
-
 /// A strided view of `[b, n, rows, d]` f32 values with contiguous rows of `d`: element `(i, j, r, e)` at
 /// `data[offset + i·batch + j·head + r·row + e]`.
 #[derive(Debug, Clone, Copy)]
@@ -104,7 +100,7 @@ pub fn attention(q: Heads<'_>, k: Heads<'_>, v: Heads<'_>, dims: Dims) -> Vec<f3
     {
         let threads = super::split::threads();
         let work = b * heads * s * dims.t * d * 2;
-        if threads > 1 && pieces > 1 && work >= MIN_WORK {
+        if threads > 1 && pieces > 1 && work >= super::split::MIN_WORK {
             super::team::run(pieces, threads - 1, &piece);
             return out;
         }

@@ -19,7 +19,7 @@ use crate::loader::quant::GgmlType;
 
 /// Below this many multiply-adds (`m · n · k`) a product runs on the calling thread alone: waking the pool
 /// costs tens of microseconds, about what a 64 Ki-element product takes on one core.
-const MIN_WORK: usize = 1 << 16;
+pub(super) const MIN_WORK: usize = 1 << 16;
 
 /// Ranges are whole multiples of this many weight rows: 48 is the least common multiple of `gemm`'s
 /// micro-kernel heights (see [`super::panel`]), and a multiple of the decode kernels' four rows per pass.
