@@ -170,7 +170,13 @@ async fn smollm2_answers_on_webgpu() {
         loader.push(piece).expect("SmolLM2's bytes");
         yield_to_the_page().await;
     }
+    // Each phase is logged as it ends: when chromedriver loses the renderer, the log shows how far it got.
+    let since = |t: f64| (js_sys::Date::now() - t) / 1000.0;
+    console_log!("SmolLM2 on WebGPU: bytes pushed in {:.1} s", since(start));
+    let finish = js_sys::Date::now();
     let model = loader.finish("smollm2-135m").expect("SmolLM2 loads");
+    console_log!("SmolLM2 on WebGPU: assembled in {:.1} s", since(finish));
+    yield_to_the_page().await;
     let answer = real::answers_paris(model).await;
     console_log!(
         "SmolLM2 on WebGPU: {answer:?} ({:.1} s to load and answer)",
