@@ -85,8 +85,37 @@ pub enum DeviceError {
     Unavailable(String),
 }
 
+/// Runs the wasm module's constructors (`inventory` registrations: pliron's, which cubecl's kernel compiler
+/// needs, number in the thousands) once per module; a no-op natively, where the loader runs them.
+///
+/// Why it is called explicitly: when no export calls `__wasm_call_ctors`, wasm-ld deems the module
+/// "command-style" and calls the constructors at the top of *every* exported function, i.e. on every call
+/// from JavaScript into the module: each WebGPU object handed to wasm (`__externref_table_alloc`), each
+/// callback, each method. Measured in Chromium (a CPU profile of SmolLM2's first chat request on WebGPU):
+/// about a quarter of the main thread's 39 s went to re-running them, a single stretch of 34 s without a
+/// task, past chromedriver's 30 s. Called from the package's start function and from [`cpu`] and [`gpu`]
+/// (hosts such as wasm-bindgen-test skip start functions), the module is a "reactor" and its exports no
+/// longer run them. The flag lives in linear memory, which the threaded build's workers share: the
+/// registrations, made in that memory, are made once.
+pub fn run_constructors() {
+    #[cfg(target_family = "wasm")]
+    {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        unsafe extern "C" {
+            fn __wasm_call_ctors();
+        }
+        static DONE: AtomicBool = AtomicBool::new(false);
+        if !DONE.swap(true, Ordering::SeqCst) {
+            // SAFETY: the linker-synthesised function runs the constructors, which only register
+            // (`inventory` guards each registration, so even a second run would be harmless).
+            unsafe { __wasm_call_ctors() }
+        }
+    }
+}
+
 /// burn's CPU backend and its description.
 pub fn cpu() -> (Device, DeviceInfo) {
+    run_constructors();
     let info = DeviceInfo {
         kind: DeviceKind::Cpu,
         backend: "flex".into(),
@@ -116,6 +145,7 @@ pub async fn gpu() -> Result<Gpu, DeviceError> {
 /// The wgpu device (WebGPU in the browser), initialised on first call and shared afterwards.
 #[cfg(feature = "webgpu")]
 pub async fn gpu() -> Result<Gpu, DeviceError> {
+    run_constructors();
     #[cfg(target_family = "wasm")]
     {
         thread_local! {

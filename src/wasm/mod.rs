@@ -23,26 +23,12 @@ use crate::engine::device::{self, DeviceInfo};
 #[wasm_bindgen(typescript_custom_section)]
 const API_TYPES: &str = r#"export type * from "./api";"#;
 
-unsafe extern "C" {
-    /// The constructors the linker collected (`inventory` registrations: pliron's, which cubecl's kernel
-    /// compiler pulls in, number in the thousands).
-    fn __wasm_call_ctors();
-}
-
-/// Runs the module's constructors once, when the module is instantiated (wasm-bindgen's start function).
-///
-/// Without a call to `__wasm_call_ctors` from an export, wasm-ld deems the module "command-style" and calls
-/// the constructors at the top of *every* exported function, which is every call from JavaScript into
-/// the module: each WebGPU object handed to wasm (`__externref_table_alloc`), each callback, each method.
-/// Measured in Chromium (CPU profile of SmolLM2's first chat request on WebGPU): about a quarter of the main
-/// thread's 39 s went to re-running them, long enough for chromedriver to give up on the renderer. Calling
-/// them here makes the module a "reactor" whose exports no longer do; the registrations are idempotent, so
-/// the threaded build's workers, which run this start function too, are safe.
+/// Runs the module's constructors once, when the module is instantiated (wasm-bindgen's start function; see
+/// [`device::run_constructors`], which the device functions also call for hosts that skip it, as
+/// wasm-bindgen-test does).
 #[wasm_bindgen(start)]
-fn run_constructors() {
-    // SAFETY: the linker-synthesised function only runs the constructors, which are idempotent
-    // (`inventory` guards each registration); nothing else has run in this instance yet.
-    unsafe { __wasm_call_ctors() }
+fn start() {
+    device::run_constructors();
 }
 
 /// What `deviceReport()` resolves to: the device burn runs on and the self-check's result there.
