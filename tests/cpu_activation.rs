@@ -145,3 +145,27 @@ fn tensor_entry_points_match_burn_on_flex() {
         }
     }
 }
+
+/// `gated` (cut into pieces across the thread team in the `threads` build, `cargo test --features threads`)
+/// gives every element its one-pass value, bit for bit, the tail past the last whole piece included.
+#[test]
+fn gated_pieces_match_one_pass_bit_for_bit() {
+    let n = (1 << 15) + (1 << 13) + 3;
+    let gate: Vec<f32> = (0..n).map(|i| ((i * 37 % 1001) as f32 - 500.0) / 50.0).collect();
+    let up: Vec<f32> = (0..n).map(|i| ((i * 13 % 97) as f32 - 48.0) / 10.0).collect();
+    let kernels: [(&str, fn(&[f32], &[f32], &mut [f32])); 2] = [
+        ("silu_mul", activation::silu_mul),
+        ("gelu_tanh_mul", activation::gelu_tanh_mul),
+    ];
+    for (what, f) in kernels {
+        let mut one = vec![0.0; n];
+        f(&gate, &up, &mut one);
+        let mut pieces = vec![f32::NAN; n];
+        activation::gated(f, &gate, &up, &mut pieces);
+        let differ = one
+            .iter()
+            .zip(&pieces)
+            .position(|(a, b)| a.to_bits() != b.to_bits());
+        assert_eq!(differ, None, "{what}: first element that differs");
+    }
+}

@@ -178,7 +178,7 @@ fn flex_gated<const D: usize>(
     let out = with_flex_values(gate, |g| {
         with_flex_values(up, |u| {
             let mut out = vec![0.0; g.len()];
-            f(g, u, &mut out);
+            cpu::activation::gated(f, g, u, &mut out);
             out
         })
     });

@@ -92,6 +92,48 @@ fn exp4(x: v128) -> v128 {
     v128_andnot(v, below)
 }
 
+/// Elements per piece when [`gated`] splits a product across the thread team: a multiple of the 4 SIMD lanes,
+/// so every element goes through the code path it takes unsplit (only the last piece has the scalar tail).
+const GATED_PIECE: usize = 1 << 14;
+
+/// `f(gate, up, out)` for an element-wise gated activation ([`silu_mul`], [`gelu_tanh_mul`]). In the
+/// `threads` build a large one (a prefill's `[s, intermediate]`: 512 × 1536 for SmolLM2) is cut into pieces of
+/// [`GATED_PIECE`] elements run on the [`super::team`]; each element's value is the one-thread value.
+pub fn gated(f: fn(&[f32], &[f32], &mut [f32]), gate: &[f32], up: &[f32], out: &mut [f32]) {
+    assert!(gate.len() == up.len() && up.len() == out.len());
+    #[cfg(feature = "threads")]
+    {
+        let threads = super::split::threads();
+        let n = out.len();
+        if threads > 1 && n >= 2 * GATED_PIECE {
+            let dst = Elements(out.as_mut_ptr());
+            super::team::run(n.div_ceil(GATED_PIECE), threads - 1, &|p| {
+                let (lo, hi) = (p * GATED_PIECE, ((p + 1) * GATED_PIECE).min(n));
+                // SAFETY: piece p writes out[lo..hi] only, within `out` (hi ≤ n) and disjoint from every other
+                // piece; the team runs each piece once, and `out` outlives `run`.
+                let o = unsafe { std::slice::from_raw_parts_mut(dst.at(lo), hi - lo) };
+                f(&gate[lo..hi], &up[lo..hi], o);
+            });
+            return;
+        }
+    }
+    f(gate, up, out);
+}
+
+/// The output's base pointer, shared by [`gated`]'s pieces, each writing its own range.
+#[cfg(feature = "threads")]
+struct Elements(*mut f32);
+// SAFETY: the pieces write disjoint ranges (see `gated`).
+#[cfg(feature = "threads")]
+unsafe impl Sync for Elements {}
+#[cfg(feature = "threads")]
+impl Elements {
+    /// Element `i` (a method, so that closures capture the `Sync` wrapper, not its raw pointer).
+    fn at(&self, i: usize) -> *mut f32 {
+        self.0.wrapping_add(i)
+    }
+}
+
 /// `out[i] = silu(gate[i]) · up[i]`, `silu(g) = g / (1 + e⁻ᵍ)`; all three the same length.
 pub fn silu_mul(gate: &[f32], up: &[f32], out: &mut [f32]) {
     assert!(gate.len() == up.len() && up.len() == out.len());
