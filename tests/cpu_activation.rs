@@ -153,7 +153,8 @@ fn gated_pieces_match_one_pass_bit_for_bit() {
     let n = (1 << 15) + (1 << 13) + 3;
     let gate: Vec<f32> = (0..n).map(|i| ((i * 37 % 1001) as f32 - 500.0) / 50.0).collect();
     let up: Vec<f32> = (0..n).map(|i| ((i * 13 % 97) as f32 - 48.0) / 10.0).collect();
-    let kernels: [(&str, fn(&[f32], &[f32], &mut [f32])); 2] = [
+    type Gated = fn(&[f32], &[f32], &mut [f32]);
+    let kernels: [(&str, Gated); 2] = [
         ("silu_mul", activation::silu_mul),
         ("gelu_tanh_mul", activation::gelu_tanh_mul),
     ];

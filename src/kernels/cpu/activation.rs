@@ -94,11 +94,12 @@ fn exp4(x: v128) -> v128 {
 
 /// Elements per piece when [`gated`] splits a product across the thread team: a multiple of the 4 SIMD lanes,
 /// so every element goes through the code path it takes unsplit (only the last piece has the scalar tail).
+#[cfg(feature = "threads")]
 const GATED_PIECE: usize = 1 << 14;
 
 /// `f(gate, up, out)` for an element-wise gated activation ([`silu_mul`], [`gelu_tanh_mul`]). In the
 /// `threads` build a large one (a prefill's `[s, intermediate]`: 512 × 1536 for SmolLM2) is cut into pieces of
-/// [`GATED_PIECE`] elements run on the [`super::team`]; each element's value is the one-thread value.
+/// `GATED_PIECE` elements run on the [`super::team`]; each element's value is the one-thread value.
 pub fn gated(f: fn(&[f32], &[f32], &mut [f32]), gate: &[f32], up: &[f32], out: &mut [f32]) {
     assert!(gate.len() == up.len() && up.len() == out.len());
     #[cfg(feature = "threads")]
