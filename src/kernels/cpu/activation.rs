@@ -107,7 +107,7 @@ pub fn gated(f: fn(&[f32], &[f32], &mut [f32]), gate: &[f32], up: &[f32], out: &
         let threads = super::split::threads();
         let n = out.len();
         if threads > 1 && n >= 2 * GATED_PIECE {
-            let dst = Elements(out.as_mut_ptr());
+            let dst = super::split::Disjoint(out.as_mut_ptr());
             super::team::run(n.div_ceil(GATED_PIECE), threads - 1, &|p| {
                 let (lo, hi) = (p * GATED_PIECE, ((p + 1) * GATED_PIECE).min(n));
                 // SAFETY: piece p writes out[lo..hi] only, within `out` (hi ≤ n) and disjoint from every other
@@ -119,20 +119,6 @@ pub fn gated(f: fn(&[f32], &[f32], &mut [f32]), gate: &[f32], up: &[f32], out: &
         }
     }
     f(gate, up, out);
-}
-
-/// The output's base pointer, shared by [`gated`]'s pieces, each writing its own range.
-#[cfg(feature = "threads")]
-struct Elements(*mut f32);
-// SAFETY: the pieces write disjoint ranges (see `gated`).
-#[cfg(feature = "threads")]
-unsafe impl Sync for Elements {}
-#[cfg(feature = "threads")]
-impl Elements {
-    /// Element `i` (a method, so that closures capture the `Sync` wrapper, not its raw pointer).
-    fn at(&self, i: usize) -> *mut f32 {
-        self.0.wrapping_add(i)
-    }
 }
 
 /// `out[i] = silu(gate[i]) · up[i]`, `silu(g) = g / (1 + e⁻ᵍ)`; all three the same length.

@@ -152,12 +152,14 @@ pub fn matmul_split(
     y
 }
 
-/// `y`'s base pointer, shared by the team's threads, each writing its own range.
-struct Disjoint(*mut f32);
-// SAFETY: the ranges written through it are disjoint (see `matmul`).
+/// An output's base pointer, shared by the team's threads, each writing its own disjoint range (a split
+/// product's `y` here, a gated activation's output in [`super::activation::gated`]).
+pub(super) struct Disjoint(pub(super) *mut f32);
+// SAFETY: the ranges written through it are disjoint (see `matmul` and `activation::gated`).
 unsafe impl Sync for Disjoint {}
 impl Disjoint {
-    fn at(&self, i: usize) -> *mut f32 {
+    /// Element `i` (a method, so that closures capture the `Sync` wrapper, not its raw pointer).
+    pub(super) fn at(&self, i: usize) -> *mut f32 {
         // SAFETY (of callers): `i` is within the slice the pointer came from.
         self.0.wrapping_add(i)
     }
