@@ -1,12 +1,17 @@
 //! The CPU backend's element-wise kernels (`kiln::kernels::cpu::activation`) against f64 references, and
-//! their tensor-level entry points (`kiln::kernels::{silu_mul, softmax_last}`) against burn's own ops.
+//! their tensor-level entry points (`kiln::kernels::{silu_mul, softmax_last}`) against burn's own ops;
+//! likewise the row kernels (`kiln::kernels::cpu::rows`: RMSNorm, rope) and `kiln::kernels::{rms_norm,
+//! rope}`, and the pieces the thread team splits them into against one thread.
 //!
 //! Tolerances: `exp` within 2 ulp of the exact value where the result is a normal f32 (and 0 below);
 //! SiLU·up and softmax within 1e-6 relative of f64 (a few ulp: the `exp`, one division, a sum of at most
-//! a few thousand positive terms), plus for softmax the f32 rounding of `x − max` itself.
+//! a few thousand positive terms), plus for softmax the f32 rounding of `x − max` itself; RMSNorm within
+//! 1e-6 relative of f64 (a sum of squares in another order than burn's, a root, a division); the rope and
+//! every split bit for bit (the same f32 operations in the same order).
 
 use burn::tensor::{Device, Tensor, TensorData};
-use kiln::kernels::{self, cpu::activation};
+use kiln::kernels::cpu::attention::Heads;
+use kiln::kernels::{self, cpu::activation, cpu::rows};
 
 /// The distance between `got` and `want` in units of the f32 spacing at `want`.
 fn ulps(got: f32, want: f64) -> f64 {
@@ -168,5 +173,172 @@ fn gated_pieces_match_one_pass_bit_for_bit() {
             .zip(&pieces)
             .position(|(a, b)| a.to_bits() != b.to_bits());
         assert_eq!(differ, None, "{what}: first element that differs");
+    }
+}
+
+fn wave(n: usize, seed: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| (((i + seed) * 2_654_435_761) % 1000) as f32 / 125.0 - 4.0)
+        .collect()
+}
+
+#[test]
+fn rms_norm_against_f64() {
+    for cols in [1usize, 7, 8, 9, 64, 576, 1000] {
+        let rows = 5;
+        let mut x = wave(rows * cols, cols);
+        // A row of tiny values, where `eps` dominates, and one of zeros.
+        x[..cols].iter_mut().for_each(|v| *v *= 1e-4);
+        x[cols..2 * cols].fill(0.0);
+        let w = wave(cols, 7);
+        let eps = 1e-6f32;
+        let mut out = vec![f32::NAN; x.len()];
+        rows::rms_norm(&x, &w, eps, &mut out);
+        for r in 0..rows {
+            let row = &x[r * cols..(r + 1) * cols];
+            let ms = row.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / cols as f64;
+            let inv = 1.0 / (ms + f64::from(eps)).sqrt();
+            for c in 0..cols {
+                let want = f64::from(row[c]) * inv * f64::from(w[c]);
+                let got = f64::from(out[r * cols + c]);
+                assert!(
+                    (got - want).abs() <= 1e-6 * want.abs() + 1e-30,
+                    "cols {cols}: rms_norm[{r}, {c}] = {got} against {want}"
+                );
+            }
+        }
+    }
+}
+
+/// The rope of a strided `[b, n, s, d]` view (heads interleaved as the projections leave them) with a
+/// partial rotary dimension: every output exactly the f32 formula's (the generic path's rounding).
+#[test]
+fn rope_is_the_formula_bit_for_bit() {
+    let (b, n, s, d, half) = (2, 3, 5, 10, 3);
+    // Stored as [b, s, n, d], viewed as [b, n, s, d].
+    let data = wave(b * s * n * d, 11);
+    let view = Heads {
+        data: &data,
+        offset: 0,
+        batch: s * n * d,
+        head: d,
+        row: n * d,
+    };
+    let (cos, sin) = (wave(s * half, 3), wave(s * half, 5));
+    let mut out = vec![f32::NAN; b * n * s * d];
+    rows::rope(view, (b, n, s, d), &cos, &sin, &mut out);
+    for i in 0..b {
+        for j in 0..n {
+            for r in 0..s {
+                let x = &data[i * s * n * d + r * n * d + j * d..][..d];
+                let o = &out[((i * n + j) * s + r) * d..][..d];
+                let (c, sn) = (&cos[r * half..], &sin[r * half..]);
+                for (e, got) in o.iter().enumerate() {
+                    let want = match e {
+                        e if e < half => x[e] * c[e] - x[e + half] * sn[e],
+                        e if e < 2 * half => x[e] * c[e - half] + x[e - half] * sn[e - half],
+                        e => x[e],
+                    };
+                    assert_eq!(got.to_bits(), want.to_bits(), "rope[{i}, {j}, {r}, {e}]");
+                }
+            }
+        }
+    }
+}
+
+/// The layers' `rms_norm` and `rope::apply` on flex (the kernels above) against burn's ops, on views as
+/// the attention hands them over (heads swapped out of `[b, s, n, d]`).
+#[test]
+fn rows_entry_points_match_burn_on_flex() {
+    let device = Device::flex();
+    let (b, s, n, d, half) = (2, 7, 3, 16, 8);
+    let x = Tensor::<4>::from_data(TensorData::new(wave(b * s * n * d, 1), [b, s, n, d]), &device)
+        .swap_dims(1, 2);
+    let w = Tensor::<1>::from_data(TensorData::new(wave(2 * d, 2), [2 * d]), &device).narrow(0, d, d);
+    let ours = kernels::rms_norm(&x, &w, 1e-5)
+        .expect("flex")
+        .into_data()
+        .try_to_vec::<f32>()
+        .unwrap();
+    let inv = x
+        .clone()
+        .powi_scalar(2)
+        .mean_dim(3)
+        .add_scalar(1e-5)
+        .sqrt()
+        .recip();
+    let burns = (x.clone() * inv * w.unsqueeze::<4>())
+        .into_data()
+        .try_to_vec::<f32>()
+        .unwrap();
+    for (i, (a, b)) in ours.iter().zip(&burns).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-6 * b.abs().max(1e-3),
+            "rms_norm[{i}]: {a} against burn's {b}"
+        );
+    }
+    // Positions 2.. of a table of 10: narrowed views, as `RopeTable::at` hands them over.
+    let table = Tensor::<2>::from_data(TensorData::new(wave(10 * half, 4), [10, half]), &device);
+    let cos = table.clone().narrow(0, 2, s).unsqueeze::<4>();
+    let sin = table.mul_scalar(0.5).narrow(0, 2, s).unsqueeze::<4>();
+    let ours = kernels::rope(&x, &cos, &sin)
+        .expect("flex")
+        .into_data()
+        .try_to_vec::<f32>()
+        .unwrap();
+    let (x1, x2) = (x.clone().narrow(3, 0, half), x.narrow(3, half, half));
+    let burns = Tensor::cat(
+        vec![
+            x1.clone() * cos.clone() - x2.clone() * sin.clone(),
+            x2 * cos + x1 * sin,
+        ],
+        3,
+    )
+    .into_data()
+    .try_to_vec::<f32>()
+    .unwrap();
+    let differ = ours
+        .iter()
+        .zip(&burns)
+        .position(|(a, b)| a.to_bits() != b.to_bits());
+    assert_eq!(differ, None, "rope: first element that differs from burn's");
+}
+
+/// The row kernels cut into pieces across the thread team (2 and 3 threads) give every row its one-thread
+/// value, bit for bit, the rows past the last whole piece included.
+#[test]
+fn row_pieces_match_one_thread_bit_for_bit() {
+    let cols = 576;
+    let rows_n = 2 * rows::PIECE / cols + 5;
+    let x = wave(rows_n * cols, 9);
+    let w = wave(cols, 10);
+    let mut one = vec![0.0; x.len()];
+    rows::rms_norm_on(1, &x, &w, 1e-6, &mut one);
+    let (b, n, s, d) = (1, 9, 2 * rows::PIECE / (9 * 64) + 3, 64);
+    let view = Heads {
+        data: &x[..b * n * s * d],
+        offset: 0,
+        batch: n * s * d,
+        head: s * d,
+        row: d,
+    };
+    let (cos, sin) = (wave(s * 32, 12), wave(s * 32, 13));
+    let mut rope_one = vec![0.0; b * n * s * d];
+    rows::rope_on(1, view, (b, n, s, d), &cos, &sin, &mut rope_one);
+    for threads in [2, 3] {
+        let mut split = vec![f32::NAN; x.len()];
+        rows::rms_norm_on(threads, &x, &w, 1e-6, &mut split);
+        let differ = one
+            .iter()
+            .zip(&split)
+            .position(|(a, b)| a.to_bits() != b.to_bits());
+        assert_eq!(differ, None, "rms_norm on {threads} threads");
+        let mut split = vec![f32::NAN; rope_one.len()];
+        rows::rope_on(threads, view, (b, n, s, d), &cos, &sin, &mut split);
+        let differ = rope_one
+            .iter()
+            .zip(&split)
+            .position(|(a, b)| a.to_bits() != b.to_bits());
+        assert_eq!(differ, None, "rope on {threads} threads");
     }
 }

@@ -222,6 +222,48 @@ pub fn softmax_last<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     }
 }
 
+/// RMSNorm over the last dimension (`x / √(mean(x²) + eps) · weight`, `x: [..., h]`, `weight: [h]`) on the
+/// CPU backend: one pass per row ([`cpu::rows::rms_norm`], split across threads in the `threads` build).
+/// `None` on any other device, whose caller takes burn's ops.
+pub fn rms_norm<const D: usize>(x: &Tensor<D>, weight: &Tensor<1>, eps: f64) -> Option<Tensor<D>> {
+    if !matches!(x.device().as_dispatch(), DispatchDevice::Flex(_)) {
+        return None;
+    }
+    let shape = x.shape();
+    let out = with_flex_values(x.clone(), |x| {
+        with_flex_values(weight.clone(), |w| {
+            let mut out = vec![0.0; x.len()];
+            cpu::rows::rms_norm(x, w, eps as f32, &mut out);
+            out
+        })
+    });
+    Some(Tensor::from_primitive::<Flex>(FlexTensor::from_data(
+        TensorData::new(out, shape),
+    )))
+}
+
+/// Rotate-half rope of the first `2 · cos.dims()[3]` features of each head of `x` (`[b, n, s, d]`, any
+/// strides with contiguous rows), `cos`/`sin` `[1, 1, s, r / 2]`, on the CPU backend: one pass
+/// ([`cpu::rows::rope`]), into a row-major `[b, n, s, d]`. `None` on any other device.
+pub fn rope(x: &Tensor<4>, cos: &Tensor<4>, sin: &Tensor<4>) -> Option<Tensor<4>> {
+    if !matches!(x.device().as_dispatch(), DispatchDevice::Flex(_)) {
+        return None;
+    }
+    let [b, n, s, d] = x.dims();
+    let out = with_flex_values(cos.clone(), |cos| {
+        with_flex_values(sin.clone(), |sin| {
+            with_flex_heads(x, |x| {
+                let mut out = vec![0.0; b * n * s * d];
+                cpu::rows::rope(x, (b, n, s, d), cos, sin, &mut out);
+                out
+            })
+        })
+    });
+    Some(Tensor::from_primitive::<Flex>(FlexTensor::from_data(
+        TensorData::new(out, [b, n, s, d]),
+    )))
+}
+
 /// Causal attention of `q` (`[b, H, s, d]`, the last `s` of `t` positions) over `keys`, `values` (`[b, K,
 /// t, d]`, `K` dividing `H`) on the CPU backend ([`cpu::attention`]: the masks as index ranges, GQA read in
 /// place, split across threads in the `threads` build): `[b, s, H·d]`. `None` on any other device, whose

@@ -52,6 +52,7 @@ pub mod float;
 pub mod kquants;
 pub mod panel;
 pub mod q32;
+pub mod rows;
 pub mod split;
 pub mod team;
 

@@ -2,11 +2,17 @@
 
 use burn::tensor::Tensor;
 
+use crate::kernels;
+
 /// RMSNorm over the last dimension: `y = x / sqrt(mean(x², -1) + eps) * weight`.
 ///
 /// Shapes: `x` is `[..., hidden]` (any rank `D`), `weight` is `[hidden]`; the result has the shape of `x`.
 /// The mean of squares is taken in the tensor's dtype (f32 on every device kiln targets today).
+/// On the CPU backend one pass per row ([`kernels::rms_norm`]), elsewhere burn's ops.
 pub fn rms_norm<const D: usize>(x: Tensor<D>, weight: Tensor<1>, eps: f64) -> Tensor<D> {
+    if let Some(y) = kernels::rms_norm(&x, &weight, eps) {
+        return y;
+    }
     // [..., 1]: the reciprocal root mean square of each row.
     let inv_rms = x
         .clone()

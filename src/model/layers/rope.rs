@@ -282,7 +282,11 @@ impl RopeTable {
 
 /// Rotate-half rope of the first `2 · cos.dims()[3]` features of each head: `x: [b, n, s, d]`, `cos`/`sin:
 /// [1, 1, s, r / 2]`.
+/// On the CPU backend one pass ([`kernels::rope`]), elsewhere burn's ops.
 pub fn apply(x: Tensor<4>, cos: &Tensor<4>, sin: &Tensor<4>) -> Tensor<4> {
+    if let Some(y) = crate::kernels::rope(&x, cos, sin) {
+        return y;
+    }
     let d = x.dims()[3];
     let half = cos.dims()[3];
     let rotate = |x: Tensor<4>| {
