@@ -6,9 +6,9 @@
 //!
 //! Shapes as [`super::matmul`]: `x` is `m × k` row-major f32, `w` is `n` rows of `row_bytes` bytes, `y` is
 //! `m × n` row-major. With one activation row a range's outputs are a contiguous piece of `y` and are
-//! written in place; with more, each range computes its `m × n_range` block into a buffer of its own and the
-//! blocks are copied into their columns of `y` afterwards (`m · n` floats, against `m · n · k`
-//! multiply-adds).
+//! written in place; with more, each range computes its `m × n_range` block into a buffer of its own and
+//! copies it into its columns of `y` (`m · n` floats in all, against `m · n · k` multiply-adds, on the
+//! thread that ran the range).
 //!
 //! The threads are the calling thread and the helpers of [`super::team`], hosted by rayon's pool (on wasm32
 //! wasm-bindgen-rayon's Web Workers). Only the `threads` build splits products ([`super::matmul`]); the
@@ -105,24 +105,18 @@ pub fn matmul(
         });
         return;
     }
-    let blocks: Vec<std::sync::Mutex<Vec<f32>>> = (0..ranges)
-        .map(|i| std::sync::Mutex::new(vec![0.0; m * nr(i)]))
-        .collect();
+    let out = Disjoint(y.as_mut_ptr());
     team::run(ranges, helpers, &|i| {
-        // Each block is locked once, by the one thread that runs its range: never contended.
-        if let Ok(mut out) = blocks[i].lock() {
-            kernel(weights(i), nr(i), &mut out);
-        }
-    });
-    for (i, block) in blocks.into_iter().enumerate() {
-        let block = block
-            .into_inner()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut block = vec![0.0; m * nr(i)];
+        kernel(weights(i), nr(i), &mut block);
         let n0 = i * rows;
         for (r, piece) in block.chunks_exact(nr(i)).enumerate() {
-            y[r * n + n0..r * n + n0 + nr(i)].copy_from_slice(piece);
+            // SAFETY: row r's columns n0 .. n0 + nr(i) of y (m × n) are in bounds and written by range i
+            // only; the team runs each range once, and `y` outlives `run`.
+            let dst = unsafe { std::slice::from_raw_parts_mut(out.at(r * n + n0), nr(i)) };
+            dst.copy_from_slice(piece);
         }
-    }
+    });
 }
 
 /// [`super::matmul`] split into ranges for `threads` threads whether or not the product is large enough to
@@ -153,9 +147,9 @@ pub fn matmul_split(
 }
 
 /// An output's base pointer, shared by the team's threads, each writing its own disjoint range (a split
-/// product's `y` here, a gated activation's output in [`super::activation::gated`]).
+/// product's `y` here, the outputs of [`super::activation::gated`] and of [`super::rows`]).
 pub(super) struct Disjoint(pub(super) *mut f32);
-// SAFETY: the ranges written through it are disjoint (see `matmul` and `activation::gated`).
+// SAFETY: the ranges written through it are disjoint (see `matmul`, `activation::gated`, `rows`).
 unsafe impl Sync for Disjoint {}
 impl Disjoint {
     /// Element `i` (a method, so that closures capture the `Sync` wrapper, not its raw pointer).
