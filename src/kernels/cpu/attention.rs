@@ -23,6 +23,7 @@
 use gemm::{Parallelism, gemm};
 
 use super::activation::{exp, softmax_rows};
+use super::split::Disjoint;
 
 /// Queries per piece: a multiple of `gemm`'s micro-kernel heights (12 rows on simd128; 16, 24 or 48
 /// natively), so a piece's score product runs no narrow edge kernel.
@@ -89,7 +90,8 @@ pub fn attention(q: Heads<'_>, k: Heads<'_>, v: Heads<'_>, dims: Dims) -> Vec<f3
     }
     let blocks = s.div_ceil(BLOCK);
     let pieces = blocks * b * heads;
-    let dst = Out(out.as_mut_ptr());
+    // Shared by the pieces, each writing its own rows of one head.
+    let dst = Disjoint(out.as_mut_ptr());
     let piece = |p: usize| {
         // The last query block first: it sees the most keys.
         let (block, rest) = (blocks - 1 - p / (b * heads), p % (b * heads));
@@ -109,11 +111,6 @@ pub fn attention(q: Heads<'_>, k: Heads<'_>, v: Heads<'_>, dims: Dims) -> Vec<f3
     out
 }
 
-/// The output's base pointer, shared by the pieces, each writing its own rows of one head.
-struct Out(*mut f32);
-// SAFETY: pieces write disjoint elements (one head's `d` columns of their own query rows).
-unsafe impl Sync for Out {}
-
 /// Queries `block·BLOCK …` (at most [`BLOCK`]) of head `h` of batch row `i` into `out`.
 #[allow(
     clippy::too_many_arguments,
@@ -127,7 +124,7 @@ fn run_piece(
     i: usize,
     h: usize,
     block: usize,
-    out: &Out,
+    out: &Disjoint,
 ) {
     let Dims { heads, s, t, d, .. } = *dims;
     let kv = h / (heads / dims.kv_heads);
@@ -185,7 +182,7 @@ fn run_piece(
             rows,
             d,
             cols,
-            out.0.add(((i * s + q0) * heads + h) * d),
+            out.at(((i * s + q0) * heads + h) * d),
             1,
             (heads * d) as isize,
             false,

@@ -147,9 +147,9 @@ pub fn matmul_split(
 }
 
 /// An output's base pointer, shared by the team's threads, each writing its own disjoint range (a split
-/// product's `y` here, the outputs of [`super::activation::gated`] and of [`super::rows`]).
+/// product's `y` here, the outputs of [`super::activation::gated`], [`super::rows`] and [`super::attention`]).
 pub(super) struct Disjoint(pub(super) *mut f32);
-// SAFETY: the ranges written through it are disjoint (see `matmul`, `activation::gated`, `rows`).
+// SAFETY: the ranges written through it are disjoint (see `matmul`, `activation::gated`, `rows`, `attention`).
 unsafe impl Sync for Disjoint {}
 impl Disjoint {
     /// Element `i` (a method, so that closures capture the `Sync` wrapper, not its raw pointer).
