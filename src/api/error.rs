@@ -17,6 +17,9 @@ pub enum Status {
     Unprocessable = 422,
     /// 500: the engine failed while serving a valid request (a device error).
     Internal = 500,
+    /// 503: the engine cannot serve any request now (its GPU device was lost); loading the model again
+    /// does.
+    Unavailable = 503,
 }
 
 /// A protocol error: what went wrong, about which field.
@@ -123,6 +126,11 @@ impl ApiError {
         Self::new(Status::Internal, "engine_error", None, message.into())
     }
 
+    /// 503 `device_lost`: the GPU device the engine ran on is gone; a new load gets a new one.
+    pub fn device_lost(message: impl Into<String>) -> Self {
+        Self::new(Status::Unavailable, "device_lost", None, message.into())
+    }
+
     /// 400 `request_aborted`: the caller aborted the request (JavaScript's AbortSignal).
     pub fn aborted() -> Self {
         Self::new(
@@ -142,7 +150,7 @@ impl ApiError {
     pub fn kind(&self) -> &'static str {
         // OpenAI reports every client error, 404 included, as `invalid_request_error`.
         match self.status {
-            Status::Internal => "server_error",
+            Status::Internal | Status::Unavailable => "server_error",
             _ => "invalid_request_error",
         }
     }

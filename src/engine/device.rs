@@ -8,8 +8,9 @@
 //! The adapter's type also picks the decode GEMV's layout (`kernels::gpu::GemvLayout`), reported in
 //! [`DeviceInfo::gemv`].
 //!
-//! burn registers a wgpu runtime once per process (a second `init` is an error), so [`gpu`] initialises it on
-//! first use and hands out clones of the same [`Device`] afterwards.
+//! burn registers a wgpu runtime once per adapter selector (a second `init` is an error), so [`gpu`]
+//! initialises it on first use and hands out clones of the same [`Device`] afterwards, until a read finds
+//! the device lost ([`gpu_lost`]); in the browser the next [`gpu`] call then acquires a new one.
 
 use burn::tensor::Device;
 #[cfg(feature = "webgpu")]
@@ -142,19 +143,62 @@ pub async fn gpu() -> Result<Gpu, DeviceError> {
     ))
 }
 
-/// The wgpu device (WebGPU in the browser), initialised on first call and shared afterwards.
+/// wgpu devices lost so far ([`gpu_lost`]): the next [`gpu`] call acquires a new one.
+#[cfg(feature = "webgpu")]
+static LOST: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Records that `device` was lost (a read found it poisoned: wgpu reported the device gone). If it is the
+/// device [`gpu`] hands out, the next [`gpu`] call acquires a new one (in the browser; natively it says
+/// the process must restart). Engines on the lost device keep failing; new loads get the new device.
+#[cfg(feature = "webgpu")]
+pub fn gpu_lost(device: &Device) {
+    let forget = |slot: &mut Option<Gpu>| {
+        if slot.as_ref().is_some_and(|g| g.device == *device) {
+            *slot = None;
+            LOST.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    };
+    #[cfg(target_family = "wasm")]
+    GPU.with(|g| forget(&mut g.borrow_mut()));
+    #[cfg(not(target_family = "wasm"))]
+    forget(&mut GPU.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+}
+
+/// Without the WebGPU backend no device is ever lost.
+#[cfg(not(feature = "webgpu"))]
+pub fn gpu_lost(_: &Device) {}
+
+#[cfg(all(feature = "webgpu", target_family = "wasm"))]
+thread_local! {
+    /// The device [`gpu`] hands out.
+    static GPU: std::cell::RefCell<Option<Gpu>> = const { std::cell::RefCell::new(None) };
+}
+/// The device [`gpu`] hands out.
+#[cfg(all(feature = "webgpu", not(target_family = "wasm")))]
+static GPU: std::sync::Mutex<Option<Gpu>> = std::sync::Mutex::new(None);
+
+/// The wgpu device (WebGPU in the browser), initialised on first call and shared afterwards; after a loss
+/// ([`gpu_lost`]) a new one.
+///
+/// burn registers one runtime per adapter selector and never a second under the same one, so after `n`
+/// losses the browser build asks under `DiscreteGpu(n - 1)`: in the browser every selector but
+/// `IntegratedGpu` requests the same high-performance adapter, each as a new `GPUDevice`.
 #[cfg(feature = "webgpu")]
 pub async fn gpu() -> Result<Gpu, DeviceError> {
+    use burn::tensor::DeviceKind as Selector;
     run_constructors();
+    let lost = LOST.load(std::sync::atomic::Ordering::SeqCst);
     #[cfg(target_family = "wasm")]
     {
-        thread_local! {
-            static GPU: std::cell::RefCell<Option<Gpu>> = const { std::cell::RefCell::new(None) };
-        }
         if let Some(gpu) = GPU.with(|g| g.borrow().clone()) {
             return Ok(gpu);
         }
+        let selector = match lost {
+            0 => Selector::DefaultDevice,
+            n => Selector::DiscreteGpu(n - 1),
+        };
         let (device, setup) = Device::wgpu_options()
+            .device_kind(selector)
             .init_with_setup_async()
             .await
             .map_err(|e| DeviceError::Unavailable(e.to_string()))?;
@@ -167,15 +211,22 @@ pub async fn gpu() -> Result<Gpu, DeviceError> {
     }
     #[cfg(not(target_family = "wasm"))]
     {
-        use std::sync::Mutex;
-        static GPU: Mutex<Option<Gpu>> = Mutex::new(None);
         // Natively the synchronous init is available; holding the lock across it makes concurrent first
         // calls (parallel tests) wait for one initialisation instead of racing burn's registration.
         let mut slot = GPU.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(gpu) = slot.as_ref() {
             return Ok(gpu.clone());
         }
+        if lost > 0 {
+            // Native selectors name real adapters (the n-th discrete GPU), so there is no other one to ask.
+            return Err(DeviceError::Unavailable(
+                "the wgpu device was lost, and burn's runtime cannot be registered again in this process: \
+                 restart it"
+                    .into(),
+            ));
+        }
         let (device, setup) = Device::wgpu_options()
+            .device_kind(Selector::DefaultDevice)
             .init_with_setup()
             .map_err(|e| DeviceError::Unavailable(e.to_string()))?;
         let gpu = Gpu {

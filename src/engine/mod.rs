@@ -57,6 +57,9 @@ pub enum EngineError {
     Forward(#[from] ForwardError),
     #[error("reading from the device failed: {0}")]
     Device(String),
+    /// The GPU device is gone (wgpu's reason): every later step of this engine fails too.
+    #[error("the GPU device was lost ({0}); this engine cannot run any more: load the model again")]
+    DeviceLost(String),
     #[error("constrained decoding failed: {0}")]
     Constraint(String),
     #[error("`{option}`: {message}")]
@@ -65,4 +68,15 @@ pub enum EngineError {
         "the model does not fit: its weights take {needed} MiB on this device, which holds at most {limit} MiB of weights"
     )]
     TooLarge { needed: u64, limit: u64 },
+}
+
+impl EngineError {
+    /// The protocol error a request that failed this way gets: 503 `device_lost` for a lost GPU device
+    /// (the app can load the model again), else 500 `engine_error`.
+    pub fn to_api(&self) -> crate::api::ApiError {
+        match self {
+            Self::DeviceLost(_) => crate::api::ApiError::device_lost(self.to_string()),
+            _ => crate::api::ApiError::internal(self.to_string()),
+        }
+    }
 }

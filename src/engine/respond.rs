@@ -212,7 +212,7 @@ impl ChatStream {
             match self.generation.next().await {
                 Err(e) => {
                     self.finished = true;
-                    return Some(Err(ApiError::internal(e.to_string())));
+                    return Some(Err(e.to_api()));
                 }
                 Ok(Some(deltas)) => {
                     if let Err(e) = deltas.into_iter().try_for_each(|d| self.push_delta(d)) {
@@ -450,7 +450,7 @@ impl CompletionStream {
             match step {
                 Err(e) => {
                     self.finished = true;
-                    return Some(Err(ApiError::internal(e.to_string())));
+                    return Some(Err(e.to_api()));
                 }
                 Ok(None) => {
                     let done = self.runs.pop_front();

@@ -6,7 +6,7 @@
 //! ([`Runner::read_last`]). Everything after that (sampling, stop rules, detokenisation) is plain Rust on
 //! the host.
 
-use burn::tensor::Tensor;
+use burn::tensor::{Device, Tensor};
 #[cfg(feature = "webgpu")]
 use burn::tensor::{TensorData, Transaction};
 
@@ -50,13 +50,38 @@ fn device_error(e: impl std::fmt::Debug) -> EngineError {
     EngineError::Device(format!("{e:?}"))
 }
 
+/// A failed read of a tensor on `device`. A poisoned device (wgpu reported it lost: a driver reset, a GPU
+/// process crash, `GPUDevice.destroy()`) is [`EngineError::DeviceLost`], and [`device::gpu_lost`] makes the
+/// next load acquire a new one; any other failure is [`EngineError::Device`].
+/// (`poisoned` and `reason` are burn's `ExecutionError::{is_device_poisoned, reason}`.)
+fn read_error(device: &Device, poisoned: bool, reason: &str) -> EngineError {
+    if !poisoned {
+        return EngineError::Device(reason.to_string());
+    }
+    crate::engine::device::gpu_lost(device);
+    EngineError::DeviceLost(lost_reason(reason).to_string())
+}
+
+/// wgpu's own words in a poisoned device's reason: the last line before the backtrace, e.g.
+/// "Destroyed: Device was destroyed." out of "The device is poisoned\nCaused by:\n  Destroyed: Device was
+/// destroyed.\nBacktrace:\nNo backtrace available".
+fn lost_reason(reason: &str) -> &str {
+    let before = reason.split("Backtrace:").next().unwrap_or(reason);
+    before
+        .lines()
+        .map(str::trim)
+        .rfind(|l| !l.is_empty())
+        .unwrap_or("no reason given")
+}
+
 /// `[r, V]` logits → `r` rows of `V`.
 async fn read_rows(logits: Tensor<2>) -> Result<Vec<Vec<f32>>, EngineError> {
     let [r, v] = logits.dims();
+    let device = logits.device();
     let data = logits
         .into_data_async()
         .await
-        .map_err(device_error)?
+        .map_err(|e| read_error(&device, e.is_device_poisoned(), e.reason()))?
         .try_into_vec::<f32>()
         .map_err(device_error)?;
     note_read(data.len() * 4);
@@ -82,7 +107,11 @@ async fn read_top(logits: &Tensor<2>, adjust: &[Adjust], t: f32) -> Result<Vec<C
             (TOP_K.min(v), read)
         }
     };
-    let mut data = read.execute_async().await.map_err(device_error)?.into_iter();
+    let mut data = read
+        .execute_async()
+        .await
+        .map_err(|e| read_error(&logits.device(), e.is_device_poisoned(), e.reason()))?
+        .into_iter();
     let top = floats(data.next().ok_or_else(|| device_error("no candidates read"))?)?;
     let stats = match data.next() {
         Some(d) => floats(d)?,
@@ -266,4 +295,15 @@ pub async fn greedy(
         rows = runner.step(&[next], readout).await?;
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn lost_reason_is_wgpus_line() {
+        let reason = "The device is poisoned\nCaused by:\n  Destroyed: Device was destroyed.\nBacktrace:\nNo backtrace available";
+        assert_eq!(super::lost_reason(reason), "Destroyed: Device was destroyed.");
+        assert_eq!(super::lost_reason("Lost: gone"), "Lost: gone");
+        assert_eq!(super::lost_reason(""), "no reason given");
+    }
 }

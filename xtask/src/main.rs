@@ -4,7 +4,8 @@
 //!   compiled through clippy-driver, so clippy's lints fail the build: see [`CLIPPY_WRAPPER`]),
 //!   tsc over the TypeScript declarations, the wasm tests in headless Chromium on WebGPU, then the built
 //!   package: its types as a consumer sees them, and the end-to-end tests (the demo page, the `Engine` API,
-//!   the npm package, and Gemma 3 270M against llama.cpp (wllama) in the same browser).
+//!   a lost WebGPU device, the npm package, and Gemma 3 270M against llama.cpp (wllama) in the same
+//!   browser).
 //! - `demo`: builds the npm package into `pkg/` and serves `www/` + `pkg/` on http://127.0.0.1:8080.
 //! - `bench`: kiln in headless Chromium (WebGPU and CPU) and natively (wgpu and CPU) beside wllama on the
 //!   default model; prints a table and writes `target/bench/bench.json` (see [`bench`]).
@@ -161,7 +162,7 @@ fn test() -> Result<(), String> {
         },
     );
     stage(
-        "package: consumer types (tsc); e2e in Chromium (playwright-core): demo, Engine/WorkerEngine, OpenAI clients on engine.fetch + Service Worker, threaded build = single-threaded, npm pack + Vite, Gemma 3 = llama.cpp",
+        "package: consumer types (tsc); e2e in Chromium (playwright-core): demo, Engine/WorkerEngine, OpenAI clients on engine.fetch + Service Worker, a lost WebGPU device, threaded build = single-threaded, npm pack + Vite, Gemma 3 = llama.cpp",
         &mut || {
             pkg::build(&tools, &root, pkg::Opt::Skip)?;
             run(tools
@@ -181,6 +182,7 @@ fn test() -> Result<(), String> {
                     "tests/e2e/demo.test.mjs",
                     "tests/e2e/engine.test.mjs",
                     "tests/e2e/http.test.mjs",
+                    "tests/e2e/device_lost.test.mjs",
                     "tests/e2e/threads.test.mjs",
                     "tests/e2e/package.test.mjs",
                     "tests/e2e/gemma3.test.mjs",
