@@ -19,10 +19,10 @@ pub const PIECE: usize = 1 << 14;
 
 /// The threads a call may use: rayon's pool and the caller in the `threads` build, else one.
 fn threads() -> usize {
-    #[cfg(feature = "threads")]
-    return super::split::threads();
-    #[cfg(not(feature = "threads"))]
-    1
+    match cfg!(feature = "threads") {
+        true => super::split::threads(),
+        false => 1,
+    }
 }
 
 /// Runs `f(rows)` over row ranges covering `0..rows` (rows of `cols` elements): the whole range at once,
