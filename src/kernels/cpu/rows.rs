@@ -1,8 +1,8 @@
 //! Row-wise kernels of a layer on the CPU, each one pass over its rows where burn's ops take several: the
 //! RMSNorm ([`rms_norm`], seven tensor ops on the generic path) and the rotate-half rotary embedding
 //! ([`rope`], about a dozen: narrows, four products, a sum, a difference, a concatenation). In a decode
-//! step the generic path's cost is mostly the ops themselves (an allocation and a dispatch each, ~1200 a
-//! step for SmolLM2), in a prefill the passes over memory; both run on one thread there.
+//! step the generic path's cost is mostly the ops themselves (an allocation and a dispatch each, on tensors
+//! of one row), in a prefill the passes over memory; both run on one thread there.
 //!
 //! With the `threads` feature a large call (a prefill's rows) is cut into pieces of whole rows run on the
 //! [`super::team`]; a row's arithmetic is the same whichever thread runs it, so the result does not depend
