@@ -64,6 +64,24 @@ fn sum(q: &[i16]) -> i32 {
     q.iter().map(|&v| i32::from(v)).sum()
 }
 
+/// A product's activations as its kernels read them, prepared once per product: every range of a split
+/// product ([`super::split`]) reads the same, instead of quantizing (and on wasm permuting) them again.
+#[derive(Debug, Clone, Default)]
+pub enum Prepared {
+    /// The f32 activations as given: the float weights, and the prefill path (dequantised panels through
+    /// `gemm`).
+    #[default]
+    F32,
+    /// 32-element blocks for the 32-element formats' decode path, with their nibble-order copy where the
+    /// wasm kernel of the format reads one (`q32::nib`).
+    Q16 {
+        xq: Q16Rows,
+        nib: Option<Vec<[i16; 32]>>,
+    },
+    /// Super-blocks of 256 for the K-quants' decode path.
+    Q16K(Q16KRows),
+}
+
 /// `m × k` activations in 32-element 16-bit blocks; block `b` of row `r` is index `r · (k / 32) + b`.
 #[derive(Debug, Clone, Default)]
 pub struct Q16Rows {

@@ -24,7 +24,7 @@
 //! - `IQ4_XS` (136 B): `d`, `scales_h` (u16), `scales_l[4]` (eight 6-bit scales, minus 32), `qs[128]`;
 //!   `q = KVALUES_IQ4NL[nibble]`.
 
-use super::act::Q16KRows;
+use super::act::{Prepared, Q16KRows};
 use super::dot::dot_blocks256;
 use super::f16_at;
 use super::panel;
@@ -385,19 +385,47 @@ pub fn matmul<const BB: usize>(
     decode: impl Fn(&[u8; BB], &mut Block) -> (f32, f32),
     fused: Option<Fused<BB>>,
 ) {
+    matmul_with(w, n, k, x, &prepare(x, m, k), m, y, decode, fused);
+}
+
+/// The activations [`matmul_with`] reads: for the decode path quantized to super-blocks of 256; for
+/// prefill the f32 values as they are.
+pub fn prepare(x: &[f32], m: usize, k: usize) -> Prepared {
+    match k < 256 || m >= panel::ROWS_FROM {
+        true => Prepared::F32,
+        false => Prepared::Q16K(Q16KRows::quantize(x, m, k)),
+    }
+}
+
+/// [`matmul`] over activations prepared by [`prepare`] (`x` itself is read by the prefill path only).
+#[inline(always)]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the matmul's shape, its prepared activations and the format's two kernels"
+)]
+pub fn matmul_with<const BB: usize>(
+    w: &[u8],
+    n: usize,
+    k: usize,
+    x: &[f32],
+    act: &Prepared,
+    m: usize,
+    y: &mut [f32],
+    decode: impl Fn(&[u8; BB], &mut Block) -> (f32, f32),
+    fused: Option<Fused<BB>>,
+) {
     let nb = k / 256;
     if nb == 0 {
         return;
     }
-    if m >= panel::ROWS_FROM {
+    let Prepared::Q16K(xq) = act else {
         let mut dq = Dequantize::<BB, _> {
             decode: &decode,
             block: Block::default(),
         };
         panel::matmul(w, nb * BB, n, k, x, m, y, &mut dq);
         return;
-    }
-    let xq = Q16KRows::quantize(x, m, k);
+    };
     if let Some(fused) = fused.filter(|_| m < FUSED_BELOW) {
         let (blocks, _) = w.as_chunks::<BB>();
         for (col, wrow) in blocks.chunks_exact(nb).take(n).enumerate() {
@@ -418,7 +446,7 @@ pub fn matmul<const BB: usize>(
             *d = decode(b, out);
         }
         for r in 0..m {
-            y[r * n + col] = dot_row(&row, &xq, r);
+            y[r * n + col] = dot_row(&row, xq, r);
         }
     }
 }

@@ -104,55 +104,106 @@ pub fn matmul(ty: GgmlType, w: &[u8], n: usize, k: usize, x: &[f32], m: usize) -
     let threads = split::threads();
     #[cfg(feature = "threads")]
     if let Some(rows) = split::range_rows(threads, n, k, m) {
+        // Quantized once here, read by every range.
+        let act = prepare(ty, x, m, k);
         split::matmul(ty, w, n, k, m, &mut y, rows, threads - 1, &|w, n, y| {
-            one_thread(ty, w, n, k, x, m, y)
+            one_thread(ty, w, n, k, x, &act, m, y)
         });
         return y;
     }
-    one_thread(ty, w, n, k, x, m, &mut y);
+    one_thread(ty, w, n, k, x, &prepare(ty, x, m, k), m, &mut y);
     y
 }
 
-/// [`matmul`] on the calling thread, into a zeroed `y`: the AVX2 + FMA build of the kernels where the CPU
-/// has them (x86_64), the baseline one otherwise.
-fn one_thread(ty: GgmlType, w: &[u8], n: usize, k: usize, x: &[f32], m: usize, y: &mut [f32]) {
+/// The activations the kernels of `ty` read for `m` rows of `x` (`m × k`): quantized to 16 bits for the
+/// decode path of the quantized formats, else `x` as it is ([`act::Prepared`]).
+pub fn prepare(ty: GgmlType, x: &[f32], m: usize, k: usize) -> act::Prepared {
+    use GgmlType::*;
+    match ty {
+        Q4_0 => q32::prepare::<18, q32::Q4_0>(x, m, k),
+        Q4_1 => q32::prepare::<20, q32::Q4_1>(x, m, k),
+        Q5_0 => q32::prepare::<22, q32::Q5_0>(x, m, k),
+        Q5_1 => q32::prepare::<24, q32::Q5_1>(x, m, k),
+        Q8_0 => q32::prepare::<34, q32::Q8_0>(x, m, k),
+        IQ4_NL => q32::prepare::<18, q32::IQ4_NL>(x, m, k),
+        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS => kquants::prepare(x, m, k),
+        _ => act::Prepared::F32,
+    }
+}
+
+/// [`matmul`] on the calling thread over activations from [`prepare`], into a zeroed `y`: the AVX2 + FMA
+/// build of the kernels where the CPU has them (x86_64), the baseline one otherwise.
+#[allow(clippy::too_many_arguments, reason = "the product's shape and its operands")]
+fn one_thread(
+    ty: GgmlType,
+    w: &[u8],
+    n: usize,
+    k: usize,
+    x: &[f32],
+    act: &act::Prepared,
+    m: usize,
+    y: &mut [f32],
+) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
         // SAFETY: `matmul_avx2` only requires AVX2 and FMA, which the CPU has (checked just above).
-        unsafe { matmul_avx2(ty, w, n, k, x, m, y) };
+        unsafe { matmul_avx2(ty, w, n, k, x, act, m, y) };
         return;
     }
-    matmul_into(ty, w, n, k, x, m, y);
+    matmul_into(ty, w, n, k, x, act, m, y);
 }
 
 /// [`matmul_into`] compiled for AVX2 + FMA (native x86_64 builds target SSE2 only; burn-flex's gemm
 /// dispatches the same way). The same code: only the instruction selection differs.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn matmul_avx2(ty: GgmlType, w: &[u8], n: usize, k: usize, x: &[f32], m: usize, y: &mut [f32]) {
-    matmul_into(ty, w, n, k, x, m, y);
+#[allow(clippy::too_many_arguments, reason = "the product's shape and its operands")]
+fn matmul_avx2(
+    ty: GgmlType,
+    w: &[u8],
+    n: usize,
+    k: usize,
+    x: &[f32],
+    act: &act::Prepared,
+    m: usize,
+    y: &mut [f32],
+) {
+    matmul_into(ty, w, n, k, x, act, m, y);
 }
 
 /// The body of [`matmul`], into a zeroed `y`.
 #[inline(always)]
-fn matmul_into(ty: GgmlType, w: &[u8], n: usize, k: usize, x: &[f32], m: usize, y: &mut [f32]) {
+#[allow(clippy::too_many_arguments, reason = "the product's shape and its operands")]
+fn matmul_into(
+    ty: GgmlType,
+    w: &[u8],
+    n: usize,
+    k: usize,
+    x: &[f32],
+    act: &act::Prepared,
+    m: usize,
+    y: &mut [f32],
+) {
+    use kquants::{FUSED_Q4_K, FUSED_Q6_K, decode_iq4_xs, decode_q2_k, decode_q3_k, decode_q4_k};
+    use kquants::{decode_q5_k, decode_q6_k, matmul_with as k_with};
+    use q32::matmul_with as q_with;
     let y = &mut *y;
     match ty {
         GgmlType::F32 => float::matmul_bytes::<4>(w, n, k, x, m, y, float::f32_le),
         GgmlType::F16 => float::matmul_bytes::<2>(w, n, k, x, m, y, float::f16_le),
         GgmlType::BF16 => float::matmul_bytes::<2>(w, n, k, x, m, y, float::bf16_le),
-        GgmlType::Q4_0 => q32::matmul::<18, q32::Q4_0>(w, n, k, x, m, y),
-        GgmlType::Q4_1 => q32::matmul::<20, q32::Q4_1>(w, n, k, x, m, y),
-        GgmlType::Q5_0 => q32::matmul::<22, q32::Q5_0>(w, n, k, x, m, y),
-        GgmlType::Q5_1 => q32::matmul::<24, q32::Q5_1>(w, n, k, x, m, y),
-        GgmlType::Q8_0 => q32::matmul::<34, q32::Q8_0>(w, n, k, x, m, y),
-        GgmlType::IQ4_NL => q32::matmul::<18, q32::IQ4_NL>(w, n, k, x, m, y),
-        GgmlType::Q2_K => kquants::matmul::<84>(w, n, k, x, m, y, kquants::decode_q2_k, None),
-        GgmlType::Q3_K => kquants::matmul::<110>(w, n, k, x, m, y, kquants::decode_q3_k, None),
-        GgmlType::Q4_K => kquants::matmul::<144>(w, n, k, x, m, y, kquants::decode_q4_k, kquants::FUSED_Q4_K),
-        GgmlType::Q5_K => kquants::matmul::<176>(w, n, k, x, m, y, kquants::decode_q5_k, None),
-        GgmlType::Q6_K => kquants::matmul::<210>(w, n, k, x, m, y, kquants::decode_q6_k, kquants::FUSED_Q6_K),
-        GgmlType::IQ4_XS => kquants::matmul::<136>(w, n, k, x, m, y, kquants::decode_iq4_xs, None),
+        GgmlType::Q4_0 => q_with::<18, q32::Q4_0>(w, n, k, x, act, m, y),
+        GgmlType::Q4_1 => q_with::<20, q32::Q4_1>(w, n, k, x, act, m, y),
+        GgmlType::Q5_0 => q_with::<22, q32::Q5_0>(w, n, k, x, act, m, y),
+        GgmlType::Q5_1 => q_with::<24, q32::Q5_1>(w, n, k, x, act, m, y),
+        GgmlType::Q8_0 => q_with::<34, q32::Q8_0>(w, n, k, x, act, m, y),
+        GgmlType::IQ4_NL => q_with::<18, q32::IQ4_NL>(w, n, k, x, act, m, y),
+        GgmlType::Q2_K => k_with::<84>(w, n, k, x, act, m, y, decode_q2_k, None),
+        GgmlType::Q3_K => k_with::<110>(w, n, k, x, act, m, y, decode_q3_k, None),
+        GgmlType::Q4_K => k_with::<144>(w, n, k, x, act, m, y, decode_q4_k, FUSED_Q4_K),
+        GgmlType::Q5_K => k_with::<176>(w, n, k, x, act, m, y, decode_q5_k, None),
+        GgmlType::Q6_K => k_with::<210>(w, n, k, x, act, m, y, decode_q6_k, FUSED_Q6_K),
+        GgmlType::IQ4_XS => k_with::<136>(w, n, k, x, act, m, y, decode_iq4_xs, None),
         #[allow(unreachable_patterns)]
         _ => {}
     }

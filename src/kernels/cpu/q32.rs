@@ -15,7 +15,7 @@
 
 #![allow(non_camel_case_types, reason = "named as the GGML types")]
 
-use super::act::Q16Rows;
+use super::act::{Prepared, Q16Rows};
 #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
 use super::dot::dot32;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
@@ -479,21 +479,47 @@ pub fn matmul<const BB: usize, F: Format<BB>>(
     m: usize,
     y: &mut [f32],
 ) {
+    matmul_with::<BB, F>(w, n, k, x, &prepare::<BB, F>(x, m, k), m, y);
+}
+
+/// The activations [`matmul_with`] reads: for the decode path quantized to 32-element blocks (and on wasm
+/// in the nibble order of `F`'s kernel, if it has one); for prefill the f32 values as they are.
+pub fn prepare<const BB: usize, F: Format<BB>>(x: &[f32], m: usize, k: usize) -> Prepared {
+    if k < 32 || m >= panel::ROWS_FROM {
+        return Prepared::F32;
+    }
+    let xq = Q16Rows::quantize(x, m, k);
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    let nib = F::NIBBLES.map(|_| nib::permute(&xq.q));
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+    let nib = None;
+    Prepared::Q16 { xq, nib }
+}
+
+/// [`matmul`] over activations prepared by [`prepare`] (`x` itself is read by the prefill path only).
+#[inline(always)]
+pub fn matmul_with<const BB: usize, F: Format<BB>>(
+    w: &[u8],
+    n: usize,
+    k: usize,
+    x: &[f32],
+    act: &Prepared,
+    m: usize,
+    y: &mut [f32],
+) {
     let nb = k / 32;
     if nb == 0 {
         return;
     }
-    if m >= panel::ROWS_FROM {
+    let Prepared::Q16 { xq, nib } = act else {
         let mut dq = Dequantize::<BB, F>(core::marker::PhantomData);
         panel::matmul(w, nb * BB, n, k, x, m, y, &mut dq);
         return;
-    }
-    let xq = Q16Rows::quantize(x, m, k);
+    };
     let (blocks, _) = w.as_chunks::<BB>();
     let rows = blocks.chunks_exact(nb).take(n).enumerate();
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    if let Some((at, offset)) = F::NIBBLES {
-        let x16 = nib::permute(&xq.q);
+    if let (Some((at, offset)), Some(x16)) = (F::NIBBLES, nib) {
         for (col, wrow) in rows {
             for r in 0..m {
                 let (_, xd, xs) = xq.row(r);
@@ -503,9 +529,11 @@ pub fn matmul<const BB: usize, F: Format<BB>>(
         }
         return;
     }
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+    let _ = nib;
     for (col, wrow) in rows {
         for r in 0..m {
-            y[r * n + col] = dot_fused::<BB, F>(wrow, &xq, r);
+            y[r * n + col] = dot_fused::<BB, F>(wrow, xq, r);
         }
     }
 }

@@ -140,8 +140,9 @@ pub fn matmul_split(
         false => n.div_ceil(threads.max(2) * RANGES_PER_THREAD).max(1),
     };
     let helpers = threads.saturating_sub(1);
+    let act = super::prepare(ty, x, m, k);
     matmul(ty, w, n, k, m, &mut y, rows, helpers, &|w, n, y| {
-        super::one_thread(ty, w, n, k, x, m, y)
+        super::one_thread(ty, w, n, k, x, &act, m, y)
     });
     y
 }
