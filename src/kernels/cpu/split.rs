@@ -29,13 +29,20 @@ const ROW_ALIGN: usize = 48;
 /// is busy elsewhere) leaves its share to the others instead of holding up the product.
 const RANGES_PER_THREAD: usize = 2;
 
+/// Ranges per thread for the decode path (`m < panel::ROWS_FROM`): finer, because a range costs little
+/// there (the activations are quantized once per product, and each range writes its outputs in place),
+/// and in the browser the helpers (Web Workers) finish their ranges later than the page's thread (a CDP
+/// profile of a 2-thread decode had the page's thread waiting for its helper 27% of the time with 2 ranges
+/// per thread).
+const DECODE_RANGES_PER_THREAD: usize = 4;
+
 /// The weight rows of each range when `n` rows are split across `threads`, or `None` when the product is
 /// better left on one thread (a pool of one, too little work, or too few rows to share).
 pub fn range_rows(threads: usize, n: usize, k: usize, m: usize) -> Option<usize> {
     if threads < 2 || m.saturating_mul(n).saturating_mul(k) < MIN_WORK {
         return None;
     }
-    let rows = balanced(threads, n, align(k, m));
+    let rows = balanced(threads, n, align(k, m), per_thread(m));
     (rows < n).then_some(rows)
 }
 
@@ -49,22 +56,30 @@ fn align(k: usize, m: usize) -> usize {
     }
 }
 
+/// Ranges per thread wanted for `m` activation rows.
+fn per_thread(m: usize) -> usize {
+    match m >= super::panel::ROWS_FROM {
+        true => RANGES_PER_THREAD,
+        false => DECODE_RANGES_PER_THREAD,
+    }
+}
+
 /// Rows per range, a multiple of `align`, for `n` rows on `threads` threads: the fewest units of `align`
 /// rows on the busiest thread (ranges claimed in turn), and among those the range count nearest
-/// [`RANGES_PER_THREAD`] per thread. E.g. 6 prefill panels on 2 threads: 3 ranges of 2 panels keep one
+/// `per_thread` per thread. E.g. 6 prefill panels on 2 threads: 3 ranges of 2 panels keep one
 /// thread busy for 4 panels; 2 ranges of 3 (or 6 of 1) for 3.
 ///
 /// Past 16 units per range the imbalance is at most a sixteenth: the even cut is taken without a search.
-fn balanced(threads: usize, n: usize, align: usize) -> usize {
+fn balanced(threads: usize, n: usize, align: usize, per_thread: usize) -> usize {
     let units = n.div_ceil(align).max(1);
-    let even = units.div_ceil(threads * RANGES_PER_THREAD);
+    let even = units.div_ceil(threads * per_thread);
     if even > 16 {
         return even * align;
     }
     let cost = |per: usize| {
         let ranges = units.div_ceil(per);
         let busiest = ranges.div_ceil(threads) * per;
-        (busiest, ranges.abs_diff(threads * RANGES_PER_THREAD))
+        (busiest, ranges.abs_diff(threads * per_thread))
     };
     let per = (1..=units).min_by_key(|&per| cost(per)).unwrap_or(1);
     per * align
@@ -136,8 +151,8 @@ pub fn matmul_split(
         return y;
     }
     let rows = match m >= super::panel::ROWS_FROM {
-        true => balanced(threads.max(2), n, align(k, m)),
-        false => n.div_ceil(threads.max(2) * RANGES_PER_THREAD).max(1),
+        true => balanced(threads.max(2), n, align(k, m), RANGES_PER_THREAD),
+        false => n.div_ceil(threads.max(2) * DECODE_RANGES_PER_THREAD).max(1),
     };
     let helpers = threads.saturating_sub(1);
     let act = super::prepare(ty, x, m, k);
