@@ -92,33 +92,21 @@ fn exp4(x: v128) -> v128 {
     v128_andnot(v, below)
 }
 
-/// Elements per piece when [`gated`] splits a product across the thread team: a multiple of the 4 SIMD lanes,
-/// so every element goes through the code path it takes unsplit (only the last piece has the scalar tail).
-#[cfg(feature = "threads")]
-const GATED_PIECE: usize = 1 << 14;
-
 /// `f(gate, up, out)` for an element-wise gated activation ([`silu_mul`], [`gelu_tanh_mul`]). In the
-/// `threads` build a large one (a prefill's `[s, intermediate]`: 512 × 1536 for SmolLM2) is cut into pieces of
-/// `GATED_PIECE` elements run on the [`super::team`]; each element's value is the one-thread value.
+/// `threads` build a large one (a prefill's `[s, intermediate]`: 512 × 1536 for SmolLM2) is cut into pieces
+/// of [`super::rows::PIECE`] elements by [`super::rows::for_rows`], run on the [`super::team`]; each
+/// element's value is the one-thread value.
 pub fn gated(f: fn(&[f32], &[f32], &mut [f32]), gate: &[f32], up: &[f32], out: &mut [f32]) {
     assert!(gate.len() == up.len() && up.len() == out.len());
-    #[cfg(feature = "threads")]
-    {
-        let threads = super::split::threads();
-        let n = out.len();
-        if threads > 1 && n >= 2 * GATED_PIECE {
-            let dst = super::split::Disjoint(out.as_mut_ptr());
-            super::team::run(n.div_ceil(GATED_PIECE), threads - 1, &|p| {
-                let (lo, hi) = (p * GATED_PIECE, ((p + 1) * GATED_PIECE).min(n));
-                // SAFETY: piece p writes out[lo..hi] only, within `out` (hi ≤ n) and disjoint from every other
-                // piece; the team runs each piece once, and `out` outlives `run`.
-                let o = unsafe { std::slice::from_raw_parts_mut(dst.at(lo), hi - lo) };
-                f(&gate[lo..hi], &up[lo..hi], o);
-            });
-            return;
-        }
-    }
-    f(gate, up, out);
+    let dst = super::split::Disjoint(out.as_mut_ptr());
+    // Pieces of `rows::PIECE` elements, a multiple of the 4 SIMD lanes, so every element goes through the
+    // code path it takes unsplit (only the last piece has the scalar tail).
+    super::rows::for_rows(super::rows::threads(), out.len(), 1, &|range| {
+        // SAFETY: each range is within `out` and handed to one piece only, which writes only its own
+        // elements; `out` outlives `for_rows`.
+        let o = unsafe { std::slice::from_raw_parts_mut(dst.at(range.start), range.len()) };
+        f(&gate[range.clone()], &up[range], o);
+    });
 }
 
 /// `out[i] = silu(gate[i]) · up[i]`, `silu(g) = g / (1 + e⁻ᵍ)`; all three the same length.

@@ -14,11 +14,12 @@
 
 use super::attention::Heads;
 
-/// Elements per piece when a call is split across the team (as the gated activations' pieces).
+/// Elements per piece when a call is split across the team (also the gated activations' pieces,
+/// [`super::activation::gated`]).
 pub const PIECE: usize = 1 << 14;
 
 /// The threads a call may use: rayon's pool and the caller in the `threads` build, else one.
-fn threads() -> usize {
+pub(super) fn threads() -> usize {
     match cfg!(feature = "threads") {
         true => super::split::threads(),
         false => 1,
@@ -27,7 +28,12 @@ fn threads() -> usize {
 
 /// Runs `f(rows)` over row ranges covering `0..rows` (rows of `cols` elements): the whole range at once,
 /// or with more than one thread, for a call of at least two [`PIECE`]s, pieces of whole rows on the team.
-fn for_rows(threads: usize, rows: usize, cols: usize, f: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
+pub(super) fn for_rows(
+    threads: usize,
+    rows: usize,
+    cols: usize,
+    f: &(dyn Fn(std::ops::Range<usize>) + Sync),
+) {
     let per = (PIECE / cols.max(1)).max(1);
     if threads > 1 && rows.saturating_mul(cols) >= 2 * PIECE && rows > per {
         super::team::run(rows.div_ceil(per), threads - 1, &|p| {
