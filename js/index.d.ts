@@ -134,7 +134,16 @@ export interface DeviceInfo {
   adapter: string;
   deviceType: string;
   driver: string;
+  /** Whether the adapter has `shader-f16`. */
   shaderF16: boolean;
+  /** Whether the adapter has `subgroups`. */
+  subgroups: boolean;
+  /**
+   * What kiln's kernels use on a GPU device (`null` on the CPU): `f16`, decode activations and the KV cache
+   * in f16 (sums stay f32); `subgroups`, the subgroup size its reductions count on, or `null` without them
+   * (the adapter has none, or its subgroups are not laid out as the kernels assume).
+   */
+  features: { f16: boolean; subgroups: number | null } | null;
   limits: Record<string, number> | null;
   /** The decode GEMV's layout on a GPU device: `rows` on software adapters, `split` on GPUs. */
   gemv: 'rows' | 'split' | null;

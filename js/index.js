@@ -446,7 +446,7 @@ export class Engine {
   /** The id requests name in `model`. */
   get model() { return this.#model?.id ?? null; }
 
-  /** The device the model runs on: `{ kind, backend, adapter, deviceType, shaderF16, limits, gemv }`. */
+  /** The device the model runs on: `{ kind, backend, adapter, deviceType, shaderF16, subgroups, features, limits, gemv }`. */
   get device() { return this.#model?.device ?? null; }
 
   /**

@@ -15,7 +15,8 @@
 //! Split weights (a tensor over the storage binding limit, in several buffers) are in `kernels_gpu/split.rs`,
 //! the fused decode-step kernels (RMSNorm, rope with the cache append, attention, SiLU·up) in
 //! `kernels_gpu/decode.rs`, the sampling kernels (bias and penalties, top-k selection) in
-//! `kernels_gpu/select.rs`.
+//! `kernels_gpu/select.rs`, the device's optional paths (f16 activations, subgroup reductions) in
+//! `kernels_gpu/features.rs`.
 //!
 //! The host reference is `GgmlType::dequantize` wherever `GgmlType` names the format; for the formats it
 //! does not name yet, this file's `host_dequantize`, a transcription of llama.cpp's `dequantize_row_*`.
@@ -35,6 +36,9 @@ mod decode;
 #[path = "kernels_gpu/select.rs"]
 mod select;
 
+#[path = "kernels_gpu/features.rs"]
+mod features;
+
 mod quant_kernels;
 
 fn device() -> Device {
@@ -45,6 +49,18 @@ fn device() -> Device {
              (lavapipe; `cargo xtask setup` does it), then check `ls /usr/share/vulkan/icd.d/`"
         ),
     }
+}
+
+/// The kernel feature sets the tests run: the plain f32 kernels, and the device's own optional paths
+/// (`kernels::gpu::caps`; on lavapipe f16 and subgroups of 8) where it has any.
+fn feature_sets() -> Vec<gpu::Features> {
+    let _ = device();
+    let own = gpu::features();
+    let mut sets = vec![gpu::Features::BASE];
+    if own != gpu::Features::BASE {
+        sets.push(own);
+    }
+    sets
 }
 
 /// xorshift64*: reproducible test data without a dependency.
@@ -222,6 +238,7 @@ fn llama_dequantize(id: u32, bytes: &[u8]) -> Vec<f32> {
 }
 
 fn read(t: Tensor<2>) -> Vec<f32> {
+    let t = t.cast(burn::tensor::DType::F32);
     pollster::block_on(t.into_data_async())
         .expect("read back")
         .try_to_vec::<f32>()

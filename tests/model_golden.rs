@@ -1,4 +1,5 @@
-//! The decoder on burn's CPU backend against transformers' golden outputs, and loading errors.
+//! The decoder on burn's CPU backend against transformers' golden outputs (greedy tokens also on native
+//! wgpu), and loading errors.
 #![cfg(not(target_arch = "wasm32"))]
 
 mod golden;
@@ -32,6 +33,18 @@ fn longrope_long_prompt_logits_match_transformers() {
 fn greedy_64_tokens_match_transformers() {
     for f in fixtures() {
         pollster::block_on(greedy_matches(&f, &Device::flex()));
+    }
+}
+
+/// The same 64 greedy tokens on native wgpu with the device's optional kernel paths (`kernels::gpu::caps`:
+/// on lavapipe f16 decode activations and KV cache, and subgroup sums), through the fused decode step
+/// where the family has one: f16 rounding changes no greedy token of any golden model.
+#[test]
+fn greedy_64_tokens_match_transformers_on_wgpu_with_its_features() {
+    let gpu = pollster::block_on(kiln::engine::device::gpu()).expect("a wgpu adapter");
+    eprintln!("features: {:?}", gpu.info.features);
+    for f in fixtures() {
+        pollster::block_on(greedy_matches(&f, &gpu.device));
     }
 }
 

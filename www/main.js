@@ -60,6 +60,9 @@ function showDevice(device) {
     ['device type', device.deviceType],
     ['driver', device.driver],
     ['shader-f16', device.shaderF16 ? 'yes' : 'no'],
+    ['subgroups', device.subgroups ? 'yes' : 'no'],
+    ['decode in f16', device.features ? (device.features.f16 ? 'yes' : 'no (f32)') : ''],
+    ['subgroup reductions', device.features ? (device.features.subgroups ? `yes (${device.features.subgroups} lanes)` : 'no') : ''],
     ['decode GEMV', device.gemv ?? ''],
     ...Object.entries(device.limits ?? {}).map(([k, v]) => [k, formatLimit(v)]),
   ];

@@ -6,7 +6,7 @@
 //!   wgpu picks (Vulkan, on CI through Mesa's lavapipe).
 //!
 //! The adapter's type also picks the decode GEMV's layout (`kernels::gpu::GemvLayout`), reported in
-//! [`DeviceInfo::gemv`].
+//! [`DeviceInfo::gemv`], and its features the kernels' f16 and subgroup paths ([`DeviceInfo::features`]).
 //!
 //! burn registers a wgpu runtime once per adapter selector (a second `init` is an error), so [`gpu`]
 //! initialises it on first use and hands out clones of the same [`Device`] afterwards, until a read finds
@@ -18,10 +18,13 @@ use burn::tensor::wgpu::{WgpuSetup, wgpu};
 use serde::Serialize;
 
 #[cfg(feature = "webgpu")]
-use crate::kernels::gpu::{GemvLayout, set_gemv_layout, set_software_adapter};
+use crate::kernels::gpu::{Features, GemvLayout, set_features, set_gemv_layout, set_software_adapter};
 /// Without the WebGPU backend there is no GEMV to lay out ([`DeviceInfo::gemv`] is always `None`).
 #[cfg(not(feature = "webgpu"))]
 type GemvLayout = ();
+/// Without the WebGPU backend there are no kernel features ([`DeviceInfo::features`] is always `None`).
+#[cfg(not(feature = "webgpu"))]
+type Features = ();
 
 /// Which kind of device a [`Gpu`] or [`cpu`] call produced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -49,6 +52,13 @@ pub struct DeviceInfo {
     pub driver: String,
     /// Whether WGSL `f16` is available (`shader-f16`). Without it models run in f32.
     pub shader_f16: bool,
+    /// Whether the adapter offers subgroup operations (`subgroups`).
+    pub subgroups: bool,
+    /// What kiln's kernels use of them (f16 decode activations and KV cache; subgroup reductions and the
+    /// subgroup size they count on), chosen here from the adapter's features and a probe of its
+    /// subgroups (`kernels::gpu::caps`); natively `KILN_F16=0` and `KILN_SUBGROUPS=0` turn them off.
+    /// `None` on the CPU backend.
+    pub features: Option<Features>,
     /// The adapter limits that bound model size and kernel shapes; `None` on the CPU backend.
     pub limits: Option<GpuLimits>,
     /// The decode GEMV's layout, chosen from the adapter's type (`rows` on software adapters, `split` on
@@ -124,6 +134,8 @@ pub fn cpu() -> (Device, DeviceInfo) {
         device_type: "Cpu".into(),
         driver: String::new(),
         shader_f16: false,
+        subgroups: false,
+        features: None,
         limits: None,
         gemv: None,
         #[cfg(feature = "threads")]
@@ -202,9 +214,13 @@ pub async fn gpu() -> Result<Gpu, DeviceError> {
             .init_with_setup_async()
             .await
             .map_err(|e| DeviceError::Unavailable(e.to_string()))?;
+        let subgroups = match has_subgroups(&setup) {
+            true => crate::kernels::gpu::caps::probe(&device).await,
+            false => None,
+        };
         let gpu = Gpu {
+            info: describe(&setup, subgroups),
             device,
-            info: describe(&setup),
         };
         GPU.with(|g| *g.borrow_mut() = Some(gpu.clone()));
         Ok(gpu)
@@ -229,18 +245,39 @@ pub async fn gpu() -> Result<Gpu, DeviceError> {
             .device_kind(Selector::DefaultDevice)
             .init_with_setup()
             .map_err(|e| DeviceError::Unavailable(e.to_string()))?;
+        let subgroups = match has_subgroups(&setup) && env_flag("KILN_SUBGROUPS") != Some(false) {
+            true => crate::kernels::gpu::caps::probe_blocking(&device),
+            false => None,
+        };
         let gpu = Gpu {
+            info: describe(&setup, subgroups),
             device,
-            info: describe(&setup),
         };
         *slot = Some(gpu.clone());
         Ok(gpu)
     }
 }
 
-/// What the device is, and the kernel choices made for it ([`set_gemv_layout`]).
+/// Whether the adapter offers subgroup operations (and cubecl asked for them: it requests every feature).
 #[cfg(feature = "webgpu")]
-fn describe(setup: &WgpuSetup) -> DeviceInfo {
+fn has_subgroups(setup: &WgpuSetup) -> bool {
+    setup.adapter.features().contains(wgpu::Features::SUBGROUP)
+}
+
+/// A native `0`/`1` (also `off`/`on`) override from the environment; `None` when unset or other.
+#[cfg(all(feature = "webgpu", not(target_family = "wasm")))]
+fn env_flag(name: &str) -> Option<bool> {
+    match std::env::var(name).as_deref() {
+        Ok("0" | "off") => Some(false),
+        Ok("1" | "on") => Some(true),
+        _ => None,
+    }
+}
+
+/// What the device is, and the kernel choices made for it ([`set_gemv_layout`], [`set_features`]);
+/// `subgroups`: the subgroup size the probe accepted, if the adapter has subgroups.
+#[cfg(feature = "webgpu")]
+fn describe(setup: &WgpuSetup, subgroups: Option<u32>) -> DeviceInfo {
     let adapter = setup.adapter.get_info();
     let limits = setup.adapter.limits();
     let software = adapter.device_type == wgpu::DeviceType::Cpu;
@@ -256,6 +293,12 @@ fn describe(setup: &WgpuSetup) -> DeviceInfo {
         _ => gemv,
     };
     set_gemv_layout(gemv);
+    let shader_f16 = setup.adapter.features().contains(wgpu::Features::SHADER_F16);
+    let f16 = shader_f16;
+    #[cfg(not(target_family = "wasm"))]
+    let f16 = f16 && env_flag("KILN_F16") != Some(false);
+    let features = Features { f16, subgroups };
+    set_features(features);
     DeviceInfo {
         kind: DeviceKind::Gpu,
         backend: format!("{:?}", setup.backend),
@@ -266,7 +309,9 @@ fn describe(setup: &WgpuSetup) -> DeviceInfo {
             .filter(|s| !s.is_empty())
             .collect::<Vec<_>>()
             .join(" "),
-        shader_f16: setup.adapter.features().contains(wgpu::Features::SHADER_F16),
+        shader_f16,
+        subgroups: has_subgroups(setup),
+        features: Some(features),
         limits: Some(GpuLimits {
             max_buffer_size: limits.max_buffer_size,
             max_storage_buffer_binding_size: limits.max_storage_buffer_binding_size,

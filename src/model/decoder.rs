@@ -185,14 +185,25 @@ impl Decoder {
     /// An empty cache for `batch` sequences of up to `capacity` positions (allocated as it fills).
     pub fn new_cache(&self, batch: usize, capacity: usize) -> KvCache {
         let c = &self.config;
-        KvCache::new(
+        KvCache::with_dtype(
             c.num_layers,
             batch,
             c.num_kv_heads,
             c.head_dim,
             capacity,
             &self.device,
+            self.cache_dtype(),
         )
+    }
+
+    /// What the KV cache holds: f16 where the fused wgpu step runs in f16 (the device's features, see
+    /// `kernels::gpu::caps`), f32 otherwise (the generic path and the CPU backend read f32).
+    pub fn cache_dtype(&self) -> burn::tensor::DType {
+        #[cfg(feature = "webgpu")]
+        if self.fused && crate::kernels::gpu::features().f16 {
+            return burn::tensor::DType::F16;
+        }
+        burn::tensor::DType::F32
     }
 
     /// Whether keys cached in a cache of `a` positions are valid in one of `b` positions (the rope

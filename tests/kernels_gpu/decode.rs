@@ -5,33 +5,54 @@
 //! Attention also with per-head q/k norms, score scales other than `1/√d`, sliding windows shorter and
 //! longer than the cache, logit softcaps, no rope, and heads of 80 and 256 (several merge rounds).
 //!
+//! Every case runs with the plain f32 kernels and with the device's optional paths (`caps.rs`: on lavapipe
+//! f16 activations and KV cache, and subgroup sums), each against the same host reference.
+//!
 //! Tolerance: `|y − y_ref| ≤ 1e-5 · (1 + |y_ref|)` for RMSNorm, rope and the gated activations (a few f32
 //! roundings per output; the sandwich norm's second norm `2e-5`, two norms deep); attention
 //! `≤ 3e-5 · (1 + |y_ref|)` (an f32 softmax and weighted sum of ≤ 70 terms, the scores below 10 in
-//! magnitude here).
+//! magnitude here). An output written in f16 adds its rounding, `2⁻¹¹ · |y_ref|`; an f16 cache holds the
+//! f16 roundings of the test's values, which the reference then reads too.
 
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::{DType, Tensor, TensorData};
+use half::f16;
+use kiln::kernels::gpu::caps::{Features, with_features};
 use kiln::kernels::gpu::decode::{self as fused, Attend, CacheSlot};
 
-use super::{Rng, device};
+use super::{Rng, device, feature_sets};
 
 fn vec(rng: &mut Rng, len: usize, scale: f32) -> Vec<f32> {
     (0..len).map(|_| rng.unit() * scale).collect()
 }
 
 fn read<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-    let data = pollster::block_on(t.into_data_async()).expect("read back");
+    let data = pollster::block_on(t.cast(DType::F32).into_data_async()).expect("read back");
     data.try_to_vec::<f32>().expect("f32 data")
 }
 
+/// The relative rounding of an output written under `f`: f16's half ulp, or nothing for f32.
+fn rounding(f: Features) -> f64 {
+    if f.f16 { 2f64.powi(-11) } else { 0.0 }
+}
+
 fn close(got: &[f32], want: &[f64], tol: f64, what: &str) {
+    close_rel(got, want, tol, 0.0, what);
+}
+
+/// [`close`] plus a relative error `rel · |y_ref|` (an f16 output's rounding).
+fn close_rel(got: &[f32], want: &[f64], tol: f64, rel: f64, what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: length");
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
         assert!(
-            (f64::from(g) - w).abs() <= tol * (1.0 + w.abs()),
+            (f64::from(g) - w).abs() <= tol * (1.0 + w.abs()) + rel * w.abs(),
             "{what}[{i}]: {g} vs {w}"
         );
     }
+}
+
+/// `v` as f16 would hold it.
+fn round16(v: &[f32]) -> Vec<f32> {
+    v.iter().map(|&x| f16::from_f32(x).to_f32()).collect()
 }
 
 fn host_norm(x: &[f64], w: &[f32], h: usize, eps: f64) -> Vec<f64> {
@@ -45,8 +66,15 @@ fn host_norm(x: &[f64], w: &[f32], h: usize, eps: f64) -> Vec<f64> {
 
 #[test]
 fn rms_norm_and_add_rms_norm_match_the_host() {
+    for f in feature_sets() {
+        with_features(f, || check_rms_norms(f));
+    }
+}
+
+fn check_rms_norms(f: Features) {
     let device = device();
     let mut rng = Rng(0xD3C0_0001);
+    let rel = rounding(f);
     for (r, h) in [(1, 576), (3, 70), (9, 64), (2, 1)] {
         let x = vec(&mut rng, r * h, 3.0);
         let delta = vec(&mut rng, r * h, 1.0);
@@ -57,11 +85,18 @@ fn rms_norm_and_add_rms_norm_match_the_host() {
         let wt = Tensor::<1>::from_data(TensorData::new(w.clone(), [h]), &device);
         let xd: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
         let got = read(fused::rms_norm(t(&x, [r, h]), &wt, 1e-5));
-        close(&got, &host_norm(&xd, &w, h, 1e-5), 1e-5, "rms_norm");
+        close_rel(
+            &got,
+            &host_norm(&xd, &w, h, 1e-5),
+            1e-5,
+            rel,
+            &format!("rms_norm {f:?}"),
+        );
         let sum: Vec<f64> = x.iter().zip(&delta).map(|(&a, &b)| f64::from(a + b)).collect();
         let (s, n) = fused::add_rms_norm(t(&x, [r, h]), t(&delta, [r, h]), &wt, 1e-6);
         close(&read(s), &sum, 0.0, "add_rms_norm sum");
-        close(&read(n), &host_norm(&sum, &w, h, 1e-6), 1e-5, "add_rms_norm");
+        let want = host_norm(&sum, &w, h, 1e-6);
+        close_rel(&read(n), &want, 1e-5, rel, &format!("add_rms_norm {f:?}"));
     }
 }
 
@@ -111,7 +146,15 @@ const fn case(shape: (usize, usize, usize, usize, usize, usize)) -> Case {
     }
 }
 
+/// [`check_attention_with`] under every feature set the device has.
 fn check_attention(rng: &mut Rng, c: &Case) {
+    for f in feature_sets() {
+        let seed = rng.next();
+        with_features(f, || check_attention_with(&mut Rng(seed), c, f));
+    }
+}
+
+fn check_attention_with(rng: &mut Rng, c: &Case, f: Features) {
     let device = device();
     let (b, heads, kv, d, alloc, pos) = c.shape;
     let (half, max_pos, eps) = (d / 2, pos + 3, 1e-6);
@@ -120,13 +163,23 @@ fn check_attention(rng: &mut Rng, c: &Case) {
     let v = vec(rng, b * kv * d, 2.0);
     let cos = vec(rng, max_pos * half, 1.0);
     let sin = vec(rng, max_pos * half, 1.0);
-    let kc = vec(rng, b * kv * alloc * d, 1.0);
-    let vc = vec(rng, b * kv * alloc * d, 2.0);
+    // What the cache holds before the launch: an f16 cache holds the values' f16 roundings.
+    let (kc, vc) = (
+        vec(rng, b * kv * alloc * d, 1.0),
+        vec(rng, b * kv * alloc * d, 2.0),
+    );
+    let (kc, vc) = match f.f16 {
+        true => (round16(&kc), round16(&vc)),
+        false => (kc, vc),
+    };
+    let cache_dtype = if f.f16 { DType::F16 } else { DType::F32 };
     let (qw, kw_) = (vec(rng, d, 2.0), vec(rng, d, 2.0));
     let t1 = |v: &[f32]| Tensor::<1>::from_data(TensorData::new(v.to_vec(), [v.len()]), &device);
     let t2 =
         |v: &[f32], shape: [usize; 2]| Tensor::<2>::from_data(TensorData::new(v.to_vec(), shape), &device);
-    let t4 = |v: &[f32]| Tensor::<4>::from_data(TensorData::new(v.to_vec(), [b, kv, alloc, d]), &device);
+    let t4 = |v: &[f32]| {
+        Tensor::<4>::from_data(TensorData::new(v.to_vec(), [b, kv, alloc, d]), &device).cast(cache_dtype)
+    };
     let (mut keys, mut values) = (t4(&kc), t4(&vc));
     let table = t2(&[cos.clone(), sin.clone()].concat(), [2 * max_pos, half]);
     let norms = t1(&[qw.clone(), kw_.clone()].concat());
@@ -170,11 +223,15 @@ fn check_attention(rng: &mut Rng, c: &Case) {
         }
     }
     let what = format!(
-        "b={b} H={heads} K={kv} d={d} pos={pos} rope={} norm={} scale={:?} window={:?} cap={:?}",
+        "b={b} H={heads} K={kv} d={d} pos={pos} rope={} norm={} scale={:?} window={:?} cap={:?} {f:?}",
         c.rope, c.norm, c.scale, c.window, c.softcap
     );
-    close(&read(keys), &kw, 1e-5, &format!("keys {what}"));
-    close(&read(values), &vw, 0.0, &format!("values {what}"));
+    // The new position's key and value are written in the cache's type (the launch's own attention reads
+    // them unrounded: the reference uses `kw`, `vw` at `pos` unrounded too).
+    let rel = rounding(f);
+    assert_eq!(keys.dtype(), cache_dtype, "the cache keeps its type");
+    close_rel(&read(keys), &kw, 1e-5, rel, &format!("keys {what}"));
+    close_rel(&read(values), &vw, 0.0, rel, &format!("values {what}"));
     let first = c.window.map_or(0, |w| (pos + 1).saturating_sub(w));
     let mut want = Vec::new();
     for bi in 0..b {
@@ -202,7 +259,7 @@ fn check_attention(rng: &mut Rng, c: &Case) {
             }
         }
     }
-    close(&got, &want, 3e-5, &format!("attention {what}"));
+    close_rel(&got, &want, 3e-5, rel, &format!("attention {what}"));
 }
 
 #[test]
@@ -278,6 +335,12 @@ fn attention_append_scales_windows_caps_and_norms() {
 
 #[test]
 fn norm_add_rms_norm_matches_the_host() {
+    for f in feature_sets() {
+        with_features(f, || check_norm_add_rms_norm(f));
+    }
+}
+
+fn check_norm_add_rms_norm(f: Features) {
     let device = device();
     let mut rng = Rng(0xD3C0_0006);
     for (r, h) in [(1, 640), (3, 70), (2, 64), (1, 1)] {
@@ -296,12 +359,25 @@ fn norm_add_rms_norm_matches_the_host() {
             .collect();
         let (s, n) = fused::norm_add_rms_norm(t(&x, [r, h]), t(&delta, [r, h]), &t1(&wd), &t1(&w), 1e-6);
         close(&read(s), &sum, 1e-5, "norm_add_rms_norm sum");
-        close(&read(n), &host_norm(&sum, &w, h, 1e-6), 2e-5, "norm_add_rms_norm");
+        let want = host_norm(&sum, &w, h, 1e-6);
+        close_rel(
+            &read(n),
+            &want,
+            2e-5,
+            rounding(f),
+            &format!("norm_add_rms_norm {f:?}"),
+        );
     }
 }
 
 #[test]
 fn gelu_tanh_mul_matches_the_host() {
+    for f in feature_sets() {
+        with_features(f, || check_gelu_tanh_mul(f));
+    }
+}
+
+fn check_gelu_tanh_mul(feat: Features) {
     let device = device();
     let mut rng = Rng(0xD3C0_0007);
     let (r, f) = (3, 333);
@@ -317,16 +393,23 @@ fn gelu_tanh_mul_matches_the_host() {
             0.5 * g * (1.0 + inner.tanh()) * f64::from(u)
         })
         .collect();
-    close(
+    close_rel(
         &read(fused::gelu_tanh_mul(t(&g), t(&u))),
         &want,
         1e-5,
-        "gelu_tanh_mul",
+        rounding(feat),
+        &format!("gelu_tanh_mul {feat:?}"),
     );
 }
 
 #[test]
 fn silu_mul_matches_the_host() {
+    for f in feature_sets() {
+        with_features(f, || check_silu_mul(f));
+    }
+}
+
+fn check_silu_mul(feat: Features) {
     let device = device();
     let mut rng = Rng(0xD3C0_0004);
     let (r, f) = (3, 333);
@@ -341,5 +424,6 @@ fn silu_mul_matches_the_host() {
             g / (1.0 + (-g).exp()) * f64::from(u)
         })
         .collect();
-    close(&read(fused::silu_mul(t(&g), t(&u))), &want, 1e-5, "silu_mul");
+    let got = read(fused::silu_mul(t(&g), t(&u)));
+    close_rel(&got, &want, 1e-5, rounding(feat), &format!("silu_mul {feat:?}"));
 }

@@ -1,11 +1,12 @@
 //! The sampling kernels (`kernels::gpu::select`) against the host, on native wgpu: `top_k` on rows that
 //! are not multiples of the 1024-logit chunk or of the 256-thread workgroup (1 to 262 147 logits: one
 //! level to four), with ties (the lower id first, as `sampling::top_k`), batches of several rows, and
-//! `k` from 1 to 64, bit for bit, and `argmax` as the first of them; the chunk sums `Σ exp((l − m) / t)` within `1e-5` relative of an f64
+//! `k` from 1 to 64, bit for bit, and `argmax` as the first of them (with and without subgroups); the chunk sums `Σ exp((l − m) / t)` within `1e-5` relative of an f64
 //! sum over the same chunk (an f32 sum of ≤ 1024 terms in `(0, 1]`), the chunk maxima exactly; `adjust`
 //! as the host sampler's `(l + add) − sub`, bit for bit, entries outside the tensor dropped.
 
 use burn::tensor::{Tensor, TensorData};
+use kiln::kernels::gpu::Features;
 use kiln::kernels::gpu::select::{self, Adjust, CHUNK};
 use kiln::sampling::top_k;
 
@@ -34,7 +35,10 @@ fn top_k_matches_the_host_on_odd_shapes() {
         let t = 0.8f32;
         let x = Tensor::<2>::from_data(TensorData::new(host.clone(), [b, v]), &dev);
         let found = select::top_k(x.clone(), k, t);
-        let best = read(select::argmax(x));
+        let best = read(select::argmax(x.clone()));
+        // The plain kernel's tree and the subgroup path (where the device has one) agree bit for bit.
+        let plain = read(select::argmax_with(x, Features::BASE));
+        assert_eq!(best, plain, "b {b}, v {v}: argmax with and without subgroups");
         let (top, stats) = (read(found.top), read(found.stats));
         let chunks = v.div_ceil(CHUNK);
         assert_eq!(

@@ -15,12 +15,15 @@
 //!   a sliding window of it), with a score scale and an optional logit softcap, in one launch.
 //! - [`silu_mul`]: `silu(g) · u`, [`gelu_tanh_mul`]: `gelu_tanh(g) · u`, elementwise, `[r, f]` each.
 //!
-//! All f32, no subgroups, no f16 (SwiftShader has neither). Results match the generic path up to f32
-//! rounding (different summation orders), not bit for bit.
+//! Sums in f32. Where the device's [`Features`] have f16, the activations these kernels write for a
+//! matrix product (the norms' outputs, the gated activation, attention's output) are f16 and the KV cache
+//! is f16; the residual sums stay f32. Where they have subgroups, the norms' sums of squares meet through
+//! them. Results match the generic path up to rounding (different summation orders; f16's where it is
+//! on), not bit for bit.
 
 mod attention;
 
-pub use attention::{Attend, CacheSlot, attention_append};
+pub use attention::{Attend, CacheSlot, attention_append, attention_append_with};
 
 use burn::backend::Cube;
 use burn::tensor::{DType, Shape, Tensor};
@@ -29,26 +32,51 @@ use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
+use super::caps::{Features, act_dtype, elem, features};
+
 /// Threads of the row kernels (RMSNorm) and of the elementwise kernels.
 const ROW_WG: usize = 64;
 
 /// `1 / sqrt(mean + eps)` of the row whose squares this thread summed in part (`ss`, over elements
-/// `tid, tid + ROW_WG, …`): the `ROW_WG` partial sums meet in shared memory behind one barrier, and every
-/// thread adds them up in the same order.
+/// `tid, tid + ROW_WG, …`). Without subgroups the `ROW_WG` partial sums meet in shared memory behind one
+/// barrier; with them (`plane`) each subgroup sums its own, and its first lane posts that (`caps.rs`: a
+/// subgroup is `PLANE_DIM` consecutive threads, at most `ROW_WG`). Every thread then adds the posted sums
+/// in the same order.
 #[cube]
-fn inv_rms(ss: f32, h: usize, eps: f32) -> f32 {
+fn inv_rms(ss: f32, h: usize, eps: f32, #[comptime] plane: bool) -> f32 {
     let mut partial = Shared::<[f32]>::new_slice(ROW_WG);
-    partial[UNIT_POS as usize] = ss;
-    sync_cube();
     let mut total = 0.0f32;
-    for i in 0..ROW_WG {
-        total += partial[i];
+    if comptime![plane] {
+        let s = plane_sum(ss);
+        if UNIT_POS_PLANE == 0 {
+            partial[(UNIT_POS / PLANE_DIM) as usize] = s;
+        }
+        sync_cube();
+        let planes = (ROW_WG as u32 / PLANE_DIM) as usize;
+        for i in 0..planes {
+            total += partial[i];
+        }
+    } else {
+        partial[UNIT_POS as usize] = ss;
+        sync_cube();
+        for i in 0..ROW_WG {
+            total += partial[i];
+        }
     }
     1.0 / (total / f32::cast_from(h) + eps).sqrt()
 }
 
 #[cube(launch_unchecked)]
-fn rms_norm_kernel(x: &[f32], w: &[f32], out: &mut [f32], h: usize, eps: f32) {
+#[allow(clippy::too_many_arguments)]
+fn rms_norm_kernel<X: Float>(
+    x: &[f32],
+    w: &[f32],
+    out: &mut [X],
+    h: usize,
+    eps: f32,
+    #[comptime] plane: bool,
+    #[define(X)] _act: ElemType,
+) {
     let base = CUBE_POS * h;
     let mut ss = 0.0f32;
     let mut e = UNIT_POS as usize;
@@ -57,23 +85,26 @@ fn rms_norm_kernel(x: &[f32], w: &[f32], out: &mut [f32], h: usize, eps: f32) {
         ss += v * v;
         e += ROW_WG;
     }
-    let inv = inv_rms(ss, h, eps);
+    let inv = inv_rms(ss, h, eps, plane);
     let mut e = UNIT_POS as usize;
     while e < h {
-        out[base + e] = x[base + e] * inv * w[e];
+        out[base + e] = X::cast_from(x[base + e] * inv * w[e]);
         e += ROW_WG;
     }
 }
 
 #[cube(launch_unchecked)]
-fn add_rms_norm_kernel(
+#[allow(clippy::too_many_arguments)]
+fn add_rms_norm_kernel<X: Float>(
     x: &[f32],
     delta: &[f32],
     w: &[f32],
     sum: &mut [f32],
-    out: &mut [f32],
+    out: &mut [X],
     h: usize,
     eps: f32,
+    #[comptime] plane: bool,
+    #[define(X)] _act: ElemType,
 ) {
     let base = CUBE_POS * h;
     let mut ss = 0.0f32;
@@ -83,27 +114,29 @@ fn add_rms_norm_kernel(
         ss += v * v;
         e += ROW_WG;
     }
-    let inv = inv_rms(ss, h, eps);
+    let inv = inv_rms(ss, h, eps, plane);
     let mut e = UNIT_POS as usize;
     while e < h {
         let v = x[base + e] + delta[base + e];
         sum[base + e] = v;
-        out[base + e] = v * inv * w[e];
+        out[base + e] = X::cast_from(v * inv * w[e]);
         e += ROW_WG;
     }
 }
 
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-fn norm_add_rms_norm_kernel(
+fn norm_add_rms_norm_kernel<X: Float>(
     x: &[f32],
     delta: &[f32],
     wd: &[f32],
     w: &[f32],
     sum: &mut [f32],
-    out: &mut [f32],
+    out: &mut [X],
     h: usize,
     eps: f32,
+    #[comptime] plane: bool,
+    #[define(X)] _act: ElemType,
 ) {
     let base = CUBE_POS * h;
     let mut ss = 0.0f32;
@@ -113,7 +146,7 @@ fn norm_add_rms_norm_kernel(
         ss += v * v;
         e += ROW_WG;
     }
-    let inv_d = inv_rms(ss, h, eps);
+    let inv_d = inv_rms(ss, h, eps, plane);
     // Every thread has read the first partial sums before any is overwritten.
     sync_cube();
     let mut ss = 0.0f32;
@@ -123,27 +156,33 @@ fn norm_add_rms_norm_kernel(
         ss += v * v;
         e += ROW_WG;
     }
-    let inv = inv_rms(ss, h, eps);
+    let inv = inv_rms(ss, h, eps, plane);
     let mut e = UNIT_POS as usize;
     while e < h {
         let v = x[base + e] + delta[base + e] * inv_d * wd[e];
         sum[base + e] = v;
-        out[base + e] = v * inv * w[e];
+        out[base + e] = X::cast_from(v * inv * w[e]);
         e += ROW_WG;
     }
 }
 
 #[cube(launch_unchecked)]
-fn silu_mul_kernel(g: &[f32], u: &[f32], out: &mut [f32], len: usize) {
+fn silu_mul_kernel<X: Float>(g: &[f32], u: &[f32], out: &mut [X], len: usize, #[define(X)] _act: ElemType) {
     let i = ABSOLUTE_POS;
     if i < len {
         let x = g[i];
-        out[i] = x * (1.0 / (1.0 + (-x).exp())) * u[i];
+        out[i] = X::cast_from(x * (1.0 / (1.0 + (-x).exp())) * u[i]);
     }
 }
 
 #[cube(launch_unchecked)]
-fn gelu_tanh_mul_kernel(g: &[f32], u: &[f32], out: &mut [f32], len: usize) {
+fn gelu_tanh_mul_kernel<X: Float>(
+    g: &[f32],
+    u: &[f32],
+    out: &mut [X],
+    len: usize,
+    #[define(X)] _act: ElemType,
+) {
     let i = ABSOLUTE_POS;
     if i < len {
         let x = g[i];
@@ -151,28 +190,53 @@ fn gelu_tanh_mul_kernel(g: &[f32], u: &[f32], out: &mut [f32], len: usize) {
         // SwiftShader computes as a quotient of exponentials, NaN once they overflow (measured: gemma-3-270m
         // decoded only NaN logits there).
         let z = 0.797_884_6f32 * (x + 0.044_715f32 * x * x * x);
-        out[i] = x / (1.0f32 + (-2.0f32 * z).exp()) * u[i];
+        out[i] = X::cast_from(x / (1.0f32 + (-2.0f32 * z).exp()) * u[i]);
     }
 }
 
-/// The cube tensor behind `t`, contiguous (copied only if it was not).
+/// The cube tensor behind `t`, as f32, contiguous (copied only if it was not).
 pub(crate) fn cube<const D: usize>(t: Tensor<D>, what: &str) -> CubeTensor {
-    match t.cast(DType::F32).try_into_primitive::<Cube>() {
+    cube_as(t, DType::F32, what)
+}
+
+/// The cube tensor behind `t` in its own float type (f16 stays f16, anything else is cast to f32),
+/// contiguous.
+pub(crate) fn cube_any<const D: usize>(t: Tensor<D>, what: &str) -> CubeTensor {
+    let dtype = match t.dtype() {
+        DType::F16 => DType::F16,
+        _ => DType::F32,
+    };
+    cube_as(t, dtype, what)
+}
+
+pub(crate) fn cube_as<const D: usize>(t: Tensor<D>, dtype: DType, what: &str) -> CubeTensor {
+    match t.cast(dtype).try_into_primitive::<Cube>() {
         Ok(t) => into_contiguous(t),
         Err(e) => panic!("{what}: not on a wgpu device: {e:?}"),
     }
 }
 
 pub(crate) fn empty_like(t: &CubeTensor, shape: Shape) -> CubeTensor {
-    empty_device_dtype(t.client.clone(), t.device.clone(), shape, DType::F32)
+    empty_dtype(t, shape, DType::F32)
 }
 
-/// RMSNorm of each row: `x: [r, h]`, `w: [h]` → `x / sqrt(mean(x²) + eps) · w`, `[r, h]`.
+pub(crate) fn empty_dtype(t: &CubeTensor, shape: Shape, dtype: DType) -> CubeTensor {
+    empty_device_dtype(t.client.clone(), t.device.clone(), shape, dtype)
+}
+
+/// RMSNorm of each row: `x: [r, h]`, `w: [h]` → `x / sqrt(mean(x²) + eps) · w`, `[r, h]` (f16 where the
+/// device's [`features`] say so).
 pub fn rms_norm(x: Tensor<2>, w: &Tensor<1>, eps: f32) -> Tensor<2> {
+    rms_norm_with(x, w, eps, features())
+}
+
+/// [`rms_norm`] under `f`.
+pub fn rms_norm_with(x: Tensor<2>, w: &Tensor<1>, eps: f32, f: Features) -> Tensor<2> {
     let [r, h] = x.dims();
     let x = cube(x, "rms_norm");
     let w = cube(w.clone(), "rms_norm weight");
-    let out = empty_like(&x, Shape::new([r, h]));
+    let dtype = act_dtype(f);
+    let out = empty_dtype(&x, Shape::new([r, h]), dtype);
     if r > 0 {
         unsafe {
             rms_norm_kernel::launch_unchecked(
@@ -184,15 +248,24 @@ pub fn rms_norm(x: Tensor<2>, w: &Tensor<1>, eps: f32) -> Tensor<2> {
                 out.clone().into_buffer_arg(),
                 h,
                 eps,
+                plane_rows(f),
+                elem(dtype),
             );
         }
     }
     Tensor::from_primitive::<Cube>(out)
 }
 
-/// `s = x + delta` and its RMSNorm, `(s, rms_norm(s, w))`, all `[r, h]`.
+/// Whether the row kernels' sums go through subgroups under `f`: a subgroup of at most `ROW_WG` threads
+/// (a subgroup of 128 would leave none of the workgroup's posted sums).
+fn plane_rows(f: Features) -> bool {
+    f.subgroups.is_some_and(|s| s as usize <= ROW_WG)
+}
+
+/// `s = x + delta` and its RMSNorm, `(s, rms_norm(s, w))`, all `[r, h]` (the norm f16 where the device's
+/// [`features`] say so, the sum f32).
 pub fn add_rms_norm(x: Tensor<2>, delta: Tensor<2>, w: &Tensor<1>, eps: f32) -> (Tensor<2>, Tensor<2>) {
-    residual_norm(x, delta, None, w, eps)
+    residual_norm(x, delta, None, w, eps, features())
 }
 
 /// Gemma's sandwich: `s = x + rms_norm(delta, wd)` and its RMSNorm, `(s, rms_norm(s, w))`, all `[r, h]`.
@@ -203,28 +276,31 @@ pub fn norm_add_rms_norm(
     w: &Tensor<1>,
     eps: f32,
 ) -> (Tensor<2>, Tensor<2>) {
-    residual_norm(x, delta, Some(wd), w, eps)
+    residual_norm(x, delta, Some(wd), w, eps, features())
 }
 
-/// [`add_rms_norm`], or [`norm_add_rms_norm`] with `wd`.
-fn residual_norm(
+/// [`add_rms_norm`], or [`norm_add_rms_norm`] with `wd`, under `f`.
+pub fn residual_norm(
     x: Tensor<2>,
     delta: Tensor<2>,
     wd: Option<&Tensor<1>>,
     w: &Tensor<1>,
     eps: f32,
+    f: Features,
 ) -> (Tensor<2>, Tensor<2>) {
     let [r, h] = x.dims();
     assert_eq!(delta.dims(), [r, h], "add_rms_norm: x and delta differ in shape");
     let x = cube(x, "add_rms_norm");
     let delta = cube(delta, "add_rms_norm delta");
     let w = cube(w.clone(), "add_rms_norm weight");
+    let dtype = act_dtype(f);
     let sum = empty_like(&x, Shape::new([r, h]));
-    let out = empty_like(&x, Shape::new([r, h]));
+    let out = empty_dtype(&x, Shape::new([r, h]), dtype);
     if r > 0 {
         let (count, dim) = (CubeCount::Static(r as u32, 1, 1), CubeDim::new_1d(ROW_WG as u32));
         let (xa, da) = (x.clone().into_buffer_arg(), delta.into_buffer_arg());
         let (sa, oa) = (sum.clone().into_buffer_arg(), out.clone().into_buffer_arg());
+        let plane = plane_rows(f);
         unsafe {
             match wd {
                 None => add_rms_norm_kernel::launch_unchecked(
@@ -238,6 +314,8 @@ fn residual_norm(
                     oa,
                     h,
                     eps,
+                    plane,
+                    elem(dtype),
                 ),
                 Some(wd) => norm_add_rms_norm_kernel::launch_unchecked(
                     &x.client,
@@ -251,6 +329,8 @@ fn residual_norm(
                     oa,
                     h,
                     eps,
+                    plane,
+                    elem(dtype),
                 ),
             }
         }
@@ -261,24 +341,25 @@ fn residual_norm(
     )
 }
 
-/// `silu(g) · u` elementwise: `g`, `u`: `[r, f]` → `[r, f]`.
+/// `silu(g) · u` elementwise: `g`, `u`: `[r, f]` → `[r, f]` (f16 where the device's [`features`] say so).
 pub fn silu_mul(g: Tensor<2>, u: Tensor<2>) -> Tensor<2> {
-    gated(g, u, false)
+    gated(g, u, false, features())
 }
 
 /// `gelu_tanh(g) · u` elementwise, `0.5·g·(1 + tanh(√(2/π)·(g + 0.044715·g³)))·u`: `g`, `u`: `[r, f]` →
 /// `[r, f]`.
 pub fn gelu_tanh_mul(g: Tensor<2>, u: Tensor<2>) -> Tensor<2> {
-    gated(g, u, true)
+    gated(g, u, true, features())
 }
 
-/// [`silu_mul`], or [`gelu_tanh_mul`] when `gelu`.
-fn gated(g: Tensor<2>, u: Tensor<2>, gelu: bool) -> Tensor<2> {
-    let [r, f] = g.dims();
-    assert_eq!(u.dims(), [r, f], "gated activation: g and u differ in shape");
+/// [`silu_mul`], or [`gelu_tanh_mul`] when `gelu`, under `f`.
+pub fn gated(g: Tensor<2>, u: Tensor<2>, gelu: bool, f: Features) -> Tensor<2> {
+    let [r, n] = g.dims();
+    assert_eq!(u.dims(), [r, n], "gated activation: g and u differ in shape");
     let g = cube(g, "activation g");
-    let out = empty_like(&g, Shape::new([r, f]));
-    let len = r * f;
+    let dtype = act_dtype(f);
+    let out = empty_dtype(&g, Shape::new([r, n]), dtype);
+    let len = r * n;
     if len > 0 {
         let dim = CubeDim::new_1d(ROW_WG as u32);
         let count = cubecl::calculate_cube_count_elemwise(&g.client, len, dim);
@@ -287,10 +368,11 @@ fn gated(g: Tensor<2>, u: Tensor<2>, gelu: bool) -> Tensor<2> {
             cube(u, "activation u").into_buffer_arg(),
         );
         let oa = out.clone().into_buffer_arg();
+        let x = elem(dtype);
         unsafe {
             match gelu {
-                false => silu_mul_kernel::launch_unchecked(&g.client, count, dim, ga, ua, oa, len),
-                true => gelu_tanh_mul_kernel::launch_unchecked(&g.client, count, dim, ga, ua, oa, len),
+                false => silu_mul_kernel::launch_unchecked(&g.client, count, dim, ga, ua, oa, len, x),
+                true => gelu_tanh_mul_kernel::launch_unchecked(&g.client, count, dim, ga, ua, oa, len, x),
             }
         }
     }

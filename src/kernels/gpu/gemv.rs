@@ -1,6 +1,7 @@
 //! The decode GEMV: `y = x · Wᵀ` for `m ≤ GEMV_MAX_M` activation rows over packed GGML rows.
 //!
-//! Shapes: `x: [m, k]` f32 (row-major, contiguous), `w`: `n` packed rows of `k` elements, `y: [m, n]` f32,
+//! Shapes: `x: [m, k]` f32 or f16 (row-major, contiguous; f16 where the device decodes in f16, see
+//! `caps.rs`, widened to f32 as it is read), `w`: `n` packed rows of `k` elements, `y: [m, n]` f32,
 //! row `i` of `y` written at `i · ldo + col0` (a weight split into parts writes its own columns; see
 //! `matmul.rs`).
 //!
@@ -87,9 +88,15 @@ fn load_words(
 
 /// Adds block `blk` of each of the `RPT` rows starting at bytes `bases[r]` (elements `e0 = blk ·
 /// block_elems ..`), dotted with each of the `m` rows of `x`, to `acc[i · RPT + r]`.
+/// Element `i` of the activations, as f32 (f16 activations are widened: every sum is taken in f32).
 #[cube]
-pub(crate) fn dot_block(
-    x: &[f32],
+fn xf<X: Float>(x: &[X], i: usize) -> f32 {
+    f32::cast_from(x[i])
+}
+
+#[cube]
+pub(crate) fn dot_block<X: Float>(
+    x: &[X],
     w: &[u32],
     bases: &Array<usize>,
     blk: usize,
@@ -158,8 +165,8 @@ pub(crate) fn dot_block(
                 let j = 4 * wi + b;
                 #[unroll]
                 for i in 0..m {
-                    let xl = x[i * k + e0 + j];
-                    let xh = x[i * k + e0 + j + 16];
+                    let xl = xf(x, i * k + e0 + j);
+                    let xh = xf(x, i * k + e0 + j + 16);
                     if comptime![has_min] {
                         sx[i] += xl + xh;
                     }
@@ -214,7 +221,7 @@ pub(crate) fn dot_block(
             for b in 0..4usize {
                 #[unroll]
                 for i in 0..m {
-                    let xv = x[i * k + e0 + 4 * wi + b];
+                    let xv = xf(x, i * k + e0 + 4 * wi + b);
                     #[unroll]
                     for r in 0..RPT {
                         // Byte b sign-extended: shifted to the top, then an arithmetic shift down.
@@ -273,8 +280,8 @@ pub(crate) fn dot_block(
                     let l = 4 * wi + b;
                     #[unroll]
                     for i in 0..m {
-                        let vl = x[i * k + ec + l];
-                        let vh = x[i * k + ec + 32 + l];
+                        let vl = xf(x, i * k + ec + l);
+                        let vh = xf(x, i * k + ec + 32 + l);
                         xl[i] += vl;
                         xh[i] += vh;
                         #[unroll]
@@ -345,7 +352,7 @@ pub(crate) fn dot_block(
                         let g = 2 * qq + l / 16;
                         #[unroll]
                         for i in 0..m {
-                            let xv = x[i * k + eh + 32 * qq + l];
+                            let xv = xf(x, i * k + eh + 32 * qq + l);
                             #[unroll]
                             for r in 0..RPT {
                                 let lw = ql[r * 16 + wi + 8 * (qq % 2)];
@@ -379,7 +386,7 @@ pub(crate) fn dot_block(
             }
             #[unroll]
             for i in 0..m {
-                let xv = x[i * k + e0 + j];
+                let xv = xf(x, i * k + e0 + j);
                 #[unroll]
                 for r in 0..RPT {
                     acc[i * RPT + r] += v[r] * xv;
@@ -391,8 +398,9 @@ pub(crate) fn dot_block(
 }
 
 #[cube(launch_unchecked)]
-pub(crate) fn gemv_kernel(
-    x: &[f32],
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemv_kernel<X: Float>(
+    x: &[X],
     w: &[u32],
     out: &mut [f32],
     n: usize,
@@ -402,6 +410,7 @@ pub(crate) fn gemv_kernel(
     row_bytes: usize,
     #[comptime] m: usize,
     #[comptime] fmt: u32,
+    #[define(X)] _act: ElemType,
 ) {
     // Thread `tid` of workgroup `g` owns rows `g · ROWS_PER_GROUP + r · GEMV_WG + tid`, r < RPT. Rows past
     // `n` compute row `n - 1` again (and write nothing): every thread runs the same control flow.
@@ -423,7 +432,7 @@ pub(crate) fn gemv_kernel(
     let blocks = k / comptime![layout(fmt).0];
     let mut blk = 0usize;
     while blk < blocks {
-        dot_block(x, w, &bases, blk, k, &mut acc, m, fmt);
+        dot_block::<X>(x, w, &bases, blk, k, &mut acc, m, fmt);
         blk += 1;
     }
     #[unroll]

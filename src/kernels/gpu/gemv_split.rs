@@ -11,10 +11,14 @@
 //! sums of each output meet in shared memory by a tree (`log₂ t` barriers). Consecutive lanes read
 //! consecutive blocks, and the matrix spreads over `n / (G · RPT)` workgroups.
 //!
-//! Each output is a sum in a fixed order (per lane over its blocks, then the tree): the same inputs give
-//! the same bits on every launch, though not the bits of `gemv.rs` (another order).
+//! **Subgroups** (`caps.rs`): where the adapter has them, `t` is at most the smallest subgroup size, a
+//! group's lanes lie in one subgroup, and the partial sums meet by a butterfly of subgroup shuffles
+//! (`log₂ t` of them per output, every lane ending with every sum): no shared memory and no barrier.
 //!
-//! Shared memory: `m · RPT · SPLIT_WG` floats, 8 KiB at `m = 8`.
+//! Each output is a sum in a fixed order (per lane over its blocks, then the tree or the butterfly): the
+//! same inputs give the same bits on every launch, though not the bits of `gemv.rs` (another order).
+//!
+//! Shared memory (without subgroups): `m · RPT · SPLIT_WG` floats, 8 KiB at `m = 8`.
 
 use cubecl::prelude::*;
 
@@ -24,18 +28,19 @@ use super::gemv::{RPT, dot_block};
 /// Threads per workgroup.
 pub(crate) const SPLIT_WG: usize = 64;
 
-/// Lanes per row group for rows of `blocks` blocks: the largest power of two `≤ blocks`, in `1..=64`.
-pub(crate) fn lanes(blocks: usize) -> usize {
+/// Lanes per row group for rows of `blocks` blocks: the largest power of two `≤ blocks`, in `1..=64`,
+/// and at most `width` (a subgroup's, when the partial sums meet by shuffles).
+pub(crate) fn lanes(blocks: usize, width: usize) -> usize {
     let mut t = 1;
-    while t * 2 <= blocks.min(SPLIT_WG) {
+    while t * 2 <= blocks.min(SPLIT_WG).min(width) {
         t *= 2;
     }
     t
 }
 
-/// Weight rows per workgroup for rows of `blocks` blocks.
-pub(crate) fn rows_per_group(blocks: usize) -> usize {
-    SPLIT_WG / lanes(blocks) * RPT
+/// Weight rows per workgroup for groups of `lanes` lanes.
+pub(crate) fn rows_per_group(lanes: usize) -> usize {
+    SPLIT_WG / lanes * RPT
 }
 
 /// The blocks of a row of `k` elements of `fmt`.
@@ -47,8 +52,8 @@ pub(crate) fn blocks_of(fmt: u32, k: usize) -> usize {
 // `tid * 0 + c`: a runtime copy of the constant `c`, which the loop then halves.
 #[allow(clippy::erasing_op)]
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn gemv_split_kernel(
-    x: &[f32],
+pub(crate) fn gemv_split_kernel<X: Float>(
+    x: &[X],
     w: &[u32],
     out: &mut [f32],
     n: usize,
@@ -59,6 +64,8 @@ pub(crate) fn gemv_split_kernel(
     #[comptime] m: usize,
     #[comptime] fmt: u32,
     #[comptime] t: usize,
+    #[comptime] shuffle: bool,
+    #[define(X)] _act: ElemType,
 ) {
     let tid = UNIT_POS as usize;
     let lane = tid % t;
@@ -84,34 +91,56 @@ pub(crate) fn gemv_split_kernel(
     let blocks = k / comptime![block_layout(fmt).map_or(1, |(elems, _)| elems)];
     let mut blk = lane;
     while blk < blocks {
-        dot_block(x, w, &bases, blk, k, &mut acc, m, fmt);
+        dot_block::<X>(x, w, &bases, blk, k, &mut acc, m, fmt);
         blk += t;
     }
-    // Output j of every thread at `j · SPLIT_WG + tid`; each group's lanes are contiguous.
-    let mut partial = Shared::<[f32]>::new_slice(comptime![m * RPT * SPLIT_WG]);
-    #[unroll]
-    for j in 0..mr {
-        partial[j * SPLIT_WG + tid] = acc[j];
-    }
-    sync_cube();
-    let mut half = tid * 0 + comptime![t / 2];
-    while half > 0 {
-        if lane < half {
+    if comptime![shuffle] {
+        // A butterfly across the group's `t` lanes (one subgroup holds them: `t` ≤ the smallest subgroup
+        // size, and subgroups are runs of consecutive invocations, see `caps.rs`): every lane ends with
+        // every sum, in the same order on every lane.
+        let mut half = tid * 0 + comptime![t / 2];
+        while half > 0 {
             #[unroll]
             for j in 0..mr {
-                partial[j * SPLIT_WG + tid] += partial[j * SPLIT_WG + tid + half];
+                acc[j] += plane_shuffle_xor(acc[j], half as u32);
             }
+            half /= 2;
+        }
+        let mut j = lane;
+        while j < mr {
+            let row = first + j % RPT;
+            if row < n {
+                out[(j / RPT) * ldo + col0 + row] = acc[j];
+            }
+            j += t;
+        }
+    } else {
+        // Output j of every thread at `j · SPLIT_WG + tid`; each group's lanes are contiguous.
+        let mut partial = Shared::<[f32]>::new_slice(comptime![m * RPT * SPLIT_WG]);
+        #[unroll]
+        for j in 0..mr {
+            partial[j * SPLIT_WG + tid] = acc[j];
         }
         sync_cube();
-        half /= 2;
-    }
-    let mut j = lane;
-    while j < mr {
-        let i = j / RPT;
-        let row = first + j % RPT;
-        if row < n {
-            out[i * ldo + col0 + row] = partial[j * SPLIT_WG + group * t];
+        let mut half = tid * 0 + comptime![t / 2];
+        while half > 0 {
+            if lane < half {
+                #[unroll]
+                for j in 0..mr {
+                    partial[j * SPLIT_WG + tid] += partial[j * SPLIT_WG + tid + half];
+                }
+            }
+            sync_cube();
+            half /= 2;
         }
-        j += t;
+        let mut j = lane;
+        while j < mr {
+            let i = j / RPT;
+            let row = first + j % RPT;
+            if row < n {
+                out[i * ldo + col0 + row] = partial[j * SPLIT_WG + group * t];
+            }
+            j += t;
+        }
     }
 }

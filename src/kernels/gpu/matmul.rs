@@ -1,7 +1,8 @@
 //! `y = x · Wᵀ` over packed GGML rows: the launch of the GEMV kernel for decode (`m ≤ 8`, `gemv.rs`) and
 //! a tiled kernel for prefill (`m > 8`). Both dequantise in the kernel; no f32 weight is written to global memory.
 //!
-//! Shapes: `x: [m, k]` f32 (row-major, contiguous), `w`: `n` packed rows of `k` elements, `y: [m, n]` f32.
+//! Shapes: `x: [m, k]` f32, or f16 for the GEMV (row-major, contiguous; the tiled kernel takes f16 widened),
+//! `w`: `n` packed rows of `k` elements, `y: [m, n]` f32.
 //!
 //! A weight in several buffers (see [`GpuWeight`]) takes one launch per part: the kernels see the part's
 //! `n` rows as the whole matrix and write output column `col0 + c` of rows `ldo` floats apart (`col0` the
@@ -28,6 +29,7 @@ use burn_cubecl::ops::numeric::empty_device_dtype;
 use cubecl::prelude::*;
 
 use super::GpuWeight;
+use super::caps::{Features, features};
 use super::dequant::dequant_elem;
 use super::gemv::{GEMV_MAX_M, GEMV_WG, ROWS_PER_GROUP, gemv_kernel};
 use super::gemv_split::{SPLIT_WG, blocks_of, gemv_split_kernel, lanes, rows_per_group};
@@ -142,9 +144,27 @@ pub fn matmul(x: Tensor<2>, w: &GpuWeight) -> Tensor<2> {
 
 /// [`matmul`] with `m ≤ 8` in the GEMV layout `layout`.
 pub fn matmul_with(x: Tensor<2>, w: &GpuWeight, layout: GemvLayout) -> Tensor<2> {
+    matmul_features(x, w, layout, features())
+}
+
+/// [`matmul_with`] under `features` (subgroup reductions in the split GEMV) instead of the device's.
+/// An f16 `x` is read as f16 by the GEMV (the tiled kernel takes it widened to f32 first).
+pub fn matmul_features(x: Tensor<2>, w: &GpuWeight, layout: GemvLayout, features: Features) -> Tensor<2> {
     let [m, k] = x.dims();
     assert_eq!(k, w.k, "matmul: x is [{m}, {k}], the weight [{}, {}]", w.n, w.k);
-    let x = x.cast(DType::F32);
+    // Software adapters run every `m` through the GEMV, 8 rows of `x` at a time: the tiled kernel's
+    // barriers cost more there than reading the weights once per 8 rows (a 64-token prefill of SmolLM2 on
+    // lavapipe: see the README). GPUs take the tiled kernel for `m > 8`.
+    let gemv_rows = match (m <= GEMV_MAX_M, layout) {
+        (true, _) => Some(m),
+        (false, GemvLayout::Rows) => Some(GEMV_MAX_M),
+        (false, GemvLayout::Split) => None,
+    };
+    let x = match (x.dtype(), gemv_rows) {
+        (DType::F16, Some(_)) => x,
+        _ => x.cast(DType::F32),
+    };
+    let x_type = super::caps::elem(x.dtype());
     let x = match x.try_into_primitive::<Cube>() {
         Ok(x) => into_contiguous(x),
         Err(e) => panic!("matmul: x is not on a wgpu device: {e:?}"),
@@ -162,14 +182,6 @@ pub fn matmul_with(x: Tensor<2>, w: &GpuWeight, layout: GemvLayout) -> Tensor<2>
     if m == 0 {
         return Tensor::from_primitive::<Cube>(out);
     }
-    // Software adapters run every `m` through the GEMV, 8 rows of `x` at a time: the tiled kernel's
-    // barriers cost more there than reading the weights once per 8 rows (a 64-token prefill of SmolLM2 on
-    // lavapipe: see the README). GPUs take the tiled kernel for `m > 8`.
-    let gemv_rows = match (m <= GEMV_MAX_M, layout) {
-        (true, _) => Some(m),
-        (false, GemvLayout::Rows) => Some(GEMV_MAX_M),
-        (false, GemvLayout::Split) => None,
-    };
     for part in &w.parts {
         let weights = || unsafe { BufferArg::from_raw_parts(part.handle.clone(), part.words) };
         let Some(step) = gemv_rows else {
@@ -205,10 +217,15 @@ pub fn matmul_with(x: Tensor<2>, w: &GpuWeight, layout: GemvLayout) -> Tensor<2>
             let ys = out.clone().into_buffer_arg();
             if layout == GemvLayout::Split {
                 let blocks = blocks_of(w.fmt, w.k);
+                let width = features
+                    .subgroups
+                    .map_or(SPLIT_WG, |s| (s as usize).min(SPLIT_WG));
+                let t = lanes(blocks, width);
+                let shuffle = features.shuffle_width(t).is_some();
                 unsafe {
                     gemv_split_kernel::launch_unchecked(
                         &w.client,
-                        linear_grid(part.rows.div_ceil(rows_per_group(blocks))),
+                        linear_grid(part.rows.div_ceil(rows_per_group(t))),
                         CubeDim::new_1d(SPLIT_WG as u32),
                         xs.into_buffer_arg(),
                         weights(),
@@ -220,7 +237,9 @@ pub fn matmul_with(x: Tensor<2>, w: &GpuWeight, layout: GemvLayout) -> Tensor<2>
                         w.row_bytes,
                         rows,
                         w.fmt,
-                        lanes(blocks),
+                        t,
+                        shuffle,
+                        x_type,
                     );
                 }
             } else {
@@ -239,6 +258,7 @@ pub fn matmul_with(x: Tensor<2>, w: &GpuWeight, layout: GemvLayout) -> Tensor<2>
                         w.row_bytes,
                         rows,
                         w.fmt,
+                        x_type,
                     );
                 }
             }

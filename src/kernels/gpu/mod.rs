@@ -1,10 +1,14 @@
 //! kiln's own GPU kernels for quantized weights: `y = x · Wᵀ` and the embedding gather, reading GGML
 //! blocks straight from device memory.
 //!
+//! The optional paths (f16 activations and KV cache, subgroup reductions) are chosen per device in
+//! `caps.rs`.
+//!
 //! A [`GpuWeight`] holds a tensor's GGML bytes exactly as in the file (zero-padded to whole `u32` words),
 //! so device memory stays the file's size; the kernels dequantise while they compute and never write f32
 //! weights to global memory. They are cubecl `#[cube]` kernels launched on burn's wgpu tensors (WebGPU in
-//! the browser, Vulkan natively), f32 throughout (no `shader-f16`, no subgroups: SwiftShader has neither).
+//! the browser, Vulkan natively); sums in f32, activations in f32 or (where the device has `shader-f16`)
+//! f16.
 //!
 //! - [`matmul`]: `x: [m, k]` × `W: [n, k]` → `[m, n]`. `m ≤ 8` (decode) takes the GEMV kernel, larger
 //!   `m` (prefill) the tiled kernel (both in `matmul.rs`).
@@ -22,6 +26,7 @@
 //! part, each writing its rows' columns of `y`; [`embedding`] once per part, each writing the rows whose ids
 //! it holds. [`upload_with_limit`] sets a lower limit, so a test can split a small tensor.
 
+pub mod caps;
 pub mod decode;
 mod dequant;
 mod embed;
@@ -30,8 +35,9 @@ mod gemv_split;
 mod matmul;
 pub mod select;
 
+pub use caps::{Features, features, set_features};
 pub use embed::embedding;
-pub use matmul::{matmul, matmul_with};
+pub use matmul::{matmul, matmul_features, matmul_with};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -15,8 +15,9 @@
 //!
 //! Shared memory: `2 · CHUNK` f32 plus [`WG`] partial sums, 9 KiB (WebGPU guarantees 16 KiB).
 //!
-//! Greedy needs only the first pair: [`argmax`] finds it in one launch (a scan and a tree per row), with
-//! no sort and no stats; on lavapipe the three sorting levels cost more than reading a 49 152-logit row.
+//! Greedy needs only the first pair: [`argmax`] finds it in one launch (a scan and a tree per row, or
+//! subgroup shuffles and one barrier where the device has subgroups), with no sort and no stats; on
+//! lavapipe the three sorting levels cost more than reading a 49 152-logit row.
 
 use burn::backend::Cube;
 use burn::tensor::{Shape, Tensor};
@@ -140,7 +141,7 @@ fn top_k_kernel(
 #[cube(launch_unchecked)]
 // `tid * 0 + c`: a runtime copy of the constant `c`, which the loop then halves.
 #[allow(clippy::erasing_op)]
-fn argmax_kernel(logits: &[f32], out: &mut [f32], v: usize) {
+fn argmax_kernel(logits: &[f32], out: &mut [f32], v: usize, #[comptime] plane: bool) {
     let row = CUBE_POS;
     let tid = UNIT_POS as usize;
     let mut best = f32::cast_from(tid) * 0.0 + PAD;
@@ -156,21 +157,54 @@ fn argmax_kernel(logits: &[f32], out: &mut [f32], v: usize) {
     }
     let mut sv = Shared::<[f32]>::new_slice(WG);
     let mut si = Shared::<[f32]>::new_slice(WG);
-    sv[tid] = best;
-    si[tid] = at;
-    sync_cube();
-    let mut half = tid * 0 + WG / 2;
-    while half > 0 {
-        if tid < half && before(sv[tid + half], si[tid + half], sv[tid], si[tid]) {
-            sv[tid] = sv[tid + half];
-            si[tid] = si[tid + half];
+    if comptime![plane] {
+        // A butterfly over each subgroup (`before` is a total order, so every lane ends with its
+        // subgroup's best pair), then the first lane of each posts it (`caps.rs`: subgroups are
+        // `PLANE_DIM` consecutive threads) and thread 0 takes the best of the posted pairs.
+        let mut half = PLANE_DIM / 2;
+        while half > 0 {
+            let ov = plane_shuffle_xor(best, half);
+            let oi = plane_shuffle_xor(at, half);
+            if before(ov, oi, best, at) {
+                best = ov;
+                at = oi;
+            }
+            half /= 2;
+        }
+        if UNIT_POS_PLANE == 0 {
+            let slot = (UNIT_POS / PLANE_DIM) as usize;
+            sv[slot] = best;
+            si[slot] = at;
         }
         sync_cube();
-        half /= 2;
-    }
-    if tid == 0 {
-        out[row * 2] = sv[0];
-        out[row * 2 + 1] = si[0];
+        if tid == 0 {
+            let planes = (WG as u32 / PLANE_DIM) as usize;
+            for i in 1..planes {
+                if before(sv[i], si[i], best, at) {
+                    best = sv[i];
+                    at = si[i];
+                }
+            }
+            out[row * 2] = best;
+            out[row * 2 + 1] = at;
+        }
+    } else {
+        sv[tid] = best;
+        si[tid] = at;
+        sync_cube();
+        let mut half = tid * 0 + WG / 2;
+        while half > 0 {
+            if tid < half && before(sv[tid + half], si[tid + half], sv[tid], si[tid]) {
+                sv[tid] = sv[tid + half];
+                si[tid] = si[tid + half];
+            }
+            sync_cube();
+            half /= 2;
+        }
+        if tid == 0 {
+            out[row * 2] = sv[0];
+            out[row * 2 + 1] = si[0];
+        }
     }
 }
 
@@ -234,6 +268,11 @@ pub struct TopK {
 /// `logits: [b, V]` → each row's largest logit and its id, `[b, 2]` (as [`TopK::top`] with `k = 1`), in
 /// one launch: greedy's candidate, without the sort.
 pub fn argmax(logits: Tensor<2>) -> Tensor<2> {
+    argmax_with(logits, super::caps::features())
+}
+
+/// [`argmax`] under `f` (through subgroups where it has them; the same pair either way).
+pub fn argmax_with(logits: Tensor<2>, f: super::caps::Features) -> Tensor<2> {
     let [b, v] = logits.dims();
     assert!(v > 0 && v < PAD_ID as usize, "argmax: {v} logits");
     let input = cube(logits, "select logits");
@@ -247,6 +286,7 @@ pub fn argmax(logits: Tensor<2>) -> Tensor<2> {
                 input.clone().into_buffer_arg(),
                 out.clone().into_buffer_arg(),
                 v,
+                f.subgroups.is_some(),
             );
         }
     }

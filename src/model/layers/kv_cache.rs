@@ -1,5 +1,5 @@
 //! The KV cache: keys and values of every layer, `[b, K, allocated, d]` each (`b` sequences, `K` key-value
-//! heads, `d` head dim), grown in blocks of [`BLOCK`] positions as positions are appended (never allocated
+//! heads, `d` head dim; f32, or f16 for the fused wgpu step on a device with `shader-f16`), grown in blocks of [`BLOCK`] positions as positions are appended (never allocated
 //! for the worst case: wasm memory never shrinks, so a preallocated 8192-position cache would stay
 //! resident for good), up to a `capacity` that bounds a request.
 //!
@@ -7,7 +7,7 @@
 //! written (burn's `slice_assign` mutates a tensor whose buffer it holds alone, and copies one that is
 //! shared), so a decode step costs its new positions, not a copy of the cache.
 
-use burn::tensor::{Device, Tensor};
+use burn::tensor::{DType, Device, Tensor};
 
 /// Positions added per growth step.
 pub const BLOCK: usize = 256;
@@ -26,12 +26,14 @@ pub struct KvCache {
     batch: usize,
     kv_heads: usize,
     head_dim: usize,
+    /// F32, or F16 where the fused wgpu step runs in f16 (`kernels::gpu::caps`).
+    dtype: DType,
     device: Device,
 }
 
 impl KvCache {
-    /// An empty cache for `batch` sequences of up to `capacity` positions over `layers` layers; nothing
-    /// is allocated yet.
+    /// An empty f32 cache for `batch` sequences of up to `capacity` positions over `layers` layers;
+    /// nothing is allocated yet.
     pub fn new(
         layers: usize,
         batch: usize,
@@ -39,6 +41,20 @@ impl KvCache {
         head_dim: usize,
         capacity: usize,
         device: &Device,
+    ) -> Self {
+        Self::with_dtype(layers, batch, kv_heads, head_dim, capacity, device, DType::F32)
+    }
+
+    /// [`KvCache::new`] holding its keys and values as `dtype` (F32 or F16). Appends are converted to
+    /// it; what [`KvCache::append`] returns is f32.
+    pub fn with_dtype(
+        layers: usize,
+        batch: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        capacity: usize,
+        device: &Device,
+        dtype: DType,
     ) -> Self {
         Self {
             layers: vec![None; layers],
@@ -48,8 +64,19 @@ impl KvCache {
             batch,
             kv_heads,
             head_dim,
+            dtype,
             device: device.clone(),
         }
+    }
+
+    /// What the cache holds its keys and values as.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Bytes of one element (4, or 2 for f16).
+    fn elem_bytes(&self) -> usize {
+        self.dtype.size()
     }
 
     /// Sequences (rows) the cache holds.
@@ -62,9 +89,15 @@ impl KvCache {
         self.allocated
     }
 
-    /// Bytes the cache's tensors take on the device (f32).
+    /// Bytes the cache's tensors take on the device.
     pub fn device_bytes(&self) -> usize {
-        4 * 2 * self.layers.len() * self.batch * self.kv_heads * self.allocated * self.head_dim
+        self.elem_bytes()
+            * 2
+            * self.layers.len()
+            * self.batch
+            * self.kv_heads
+            * self.allocated
+            * self.head_dim
     }
 
     /// Makes room for `t` positions, growing by whole blocks (capped at `capacity`). Existing positions
@@ -76,7 +109,7 @@ impl KvCache {
         let target = t.div_ceil(BLOCK).saturating_mul(BLOCK).min(self.capacity.max(t));
         let extra = target - self.allocated;
         let (b, k, d) = (self.batch, self.kv_heads, self.head_dim);
-        let zeros = || Tensor::<4>::zeros([b, k, extra, d], &self.device);
+        let zeros = || Tensor::<4>::zeros([b, k, extra, d], (&self.device, self.dtype));
         for layer in &mut self.layers {
             *layer = Some(match layer.take() {
                 None => (zeros(), zeros()),
@@ -90,7 +123,8 @@ impl KvCache {
     }
 
     /// Writes `k`, `v` (`[b, K, s, d]`) of `layer` at positions `len..len + s` and returns the layer's
-    /// keys and values for positions `0..len + s`, each `[b, K, len + s, d]`. The caller advances
+    /// keys and values for positions `0..len + s`, each `[b, K, len + s, d]` (f32: from an f16 cache the
+    /// earlier positions as held, the new ones as given). The caller advances
     /// [`KvCache::len`] once every layer has been appended ([`KvCache::advance`]).
     pub fn append(&mut self, layer: usize, k: Tensor<4>, v: Tensor<4>) -> (Tensor<4>, Tensor<4>) {
         let [b, kv, s, d] = k.dims();
@@ -100,11 +134,31 @@ impl KvCache {
             Some(kv) => kv,
             None => unreachable!("reserve allocated every layer"),
         };
-        let keys = keys.slice_assign([0..b, 0..kv, pos..t, 0..d], k);
-        let values = values.slice_assign([0..b, 0..kv, pos..t, 0..d], v);
-        let out = (keys.clone().narrow(2, 0, t), values.clone().narrow(2, 0, t));
-        self.layers[layer] = Some((keys, values));
-        out
+        match self.dtype {
+            DType::F32 => {
+                let keys = keys.slice_assign([0..b, 0..kv, pos..t, 0..d], k);
+                let values = values.slice_assign([0..b, 0..kv, pos..t, 0..d], v);
+                let out = (keys.clone().narrow(2, 0, t), values.clone().narrow(2, 0, t));
+                self.layers[layer] = Some((keys, values));
+                out
+            }
+            // An f16 cache: the new positions are attended to as computed (f32), the cached ones as
+            // held, as the fused decode step does; a prefill from an empty cache is then f32 throughout.
+            _ => {
+                let earlier = |t: &Tensor<4>| t.clone().narrow(2, 0, pos).cast(DType::F32);
+                let out = match pos {
+                    0 => (k.clone(), v.clone()),
+                    _ => (
+                        Tensor::cat(vec![earlier(&keys), k.clone()], 2),
+                        Tensor::cat(vec![earlier(&values), v.clone()], 2),
+                    ),
+                };
+                let keys = keys.slice_assign([0..b, 0..kv, pos..t, 0..d], k.cast(self.dtype));
+                let values = values.slice_assign([0..b, 0..kv, pos..t, 0..d], v.cast(self.dtype));
+                self.layers[layer] = Some((keys, values));
+                out
+            }
+        }
     }
 
     /// Makes room for `s` more positions and returns layer `layer`'s keys and values, `[b, K, allocated,
@@ -128,9 +182,9 @@ impl KvCache {
         self.len = self.len.min(len);
     }
 
-    /// Bytes one cached position takes over every layer and row (keys and values, f32).
+    /// Bytes one cached position takes over every layer and row (keys and values).
     pub fn bytes_per_position(&self) -> usize {
-        4 * 2 * self.layers.len() * self.batch * self.kv_heads * self.head_dim
+        self.elem_bytes() * 2 * self.layers.len() * self.batch * self.kv_heads * self.head_dim
     }
 
     /// A cache of its own (new tensors: writing into one never touches the other) holding row 0's
@@ -138,13 +192,14 @@ impl KvCache {
     /// cache's capacity.
     pub fn copy_prefix(&self, len: usize) -> KvCache {
         let len = len.min(self.len);
-        let mut out = KvCache::new(
+        let mut out = KvCache::with_dtype(
             self.layers.len(),
             1,
             self.kv_heads,
             self.head_dim,
             self.capacity,
             &self.device,
+            self.dtype,
         );
         if len == 0 {
             return out;

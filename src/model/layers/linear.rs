@@ -51,7 +51,10 @@ impl Matrix {
     /// `x: [r, in]` → `x · Wᵀ: [r, out]`.
     pub fn matmul(&self, x: Tensor<2>) -> Tensor<2> {
         match self {
-            Self::Dense(w) => x.matmul(w.as_ref().clone().transpose()),
+            // f16 activations (the fused wgpu step's, see `kernels::gpu::caps`) meet f32 weights as f32.
+            Self::Dense(w) => x
+                .cast(burn::tensor::DType::F32)
+                .matmul(w.as_ref().clone().transpose()),
             Self::Quant(q) => q.matmul(x),
         }
     }

@@ -21,7 +21,8 @@ use burn::backend::Cube;
 use burn::tensor::{Shape, Tensor};
 use cubecl::prelude::*;
 
-use super::{cube, empty_like};
+use super::super::caps::{Features, act_dtype, elem, features};
+use super::{cube, cube_any, cube_as, empty_dtype, empty_like};
 
 /// Threads per (sequence, head) of the attention kernel; also the output columns merged per round.
 pub(crate) const ATT_WG: usize = 32;
@@ -97,15 +98,15 @@ fn logit(dot: f32, scale: f32, cap: f32, #[comptime] softcap: bool) -> f32 {
 
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-fn attend_append_kernel(
+fn attend_append_kernel<C: Float, X: Float>(
     q: &[f32],
     k: &[f32],
     v: &[f32],
     rope_t: &[f32],
     qkn: &[f32],
-    keys: &mut [f32],
-    values: &mut [f32],
-    out: &mut [f32],
+    keys: &mut [C],
+    values: &mut [C],
+    out: &mut [X],
     sin_at: usize,
     heads: usize,
     kv_heads: usize,
@@ -119,6 +120,7 @@ fn attend_append_kernel(
     #[comptime] rope: bool,
     #[comptime] norm: bool,
     #[comptime] softcap: bool,
+    #[define(C, X)] _types: [ElemType; 2],
 ) {
     let half = comptime![d / 2];
     let unroll = comptime![d <= UNROLL];
@@ -157,10 +159,10 @@ fn attend_append_kernel(
             let s = table(rope_t, sin_at + cb + i, 0.0, rope);
             let x1 = feature(k, qkn, d, ko, i, ks, norm);
             let x2 = feature(k, qkn, d, ko, i + half, ks, norm);
-            keys[dst + i] = x1 * c - x2 * s;
-            keys[dst + i + half] = x2 * c + x1 * s;
-            values[dst + i] = v[ko + i];
-            values[dst + i + half] = v[ko + i + half];
+            keys[dst + i] = C::cast_from(x1 * c - x2 * s);
+            keys[dst + i + half] = C::cast_from(x2 * c + x1 * s);
+            values[dst + i] = C::cast_from(v[ko + i]);
+            values[dst + i + half] = C::cast_from(v[ko + i + half]);
             i += ATT_WG;
         }
     }
@@ -174,12 +176,12 @@ fn attend_append_kernel(
         let mut dot = 0.0f32;
         #[unroll(unroll)]
         for j in 0..d {
-            dot += qv[j] * keys[at + j];
+            dot += qv[j] * f32::cast_from(keys[at + j]);
         }
         let e = online(logit(dot, scale, cap, softcap), &mut state, &mut o, d);
         #[unroll(unroll)]
         for j in 0..d {
-            o[j] += e * values[at + j];
+            o[j] += e * f32::cast_from(values[at + j]);
         }
         p += ATT_WG;
     }
@@ -235,7 +237,7 @@ fn attend_append_kernel(
             for i in 0..ATT_WG {
                 num += wt[i] * so[i * ATT_WG + tid];
             }
-            out[qo + base + tid] = num / den;
+            out[qo + base + tid] = X::cast_from(num / den);
         }
         sync_cube();
     }
@@ -296,6 +298,20 @@ pub fn attention_append(
     pos: usize,
     slot: CacheSlot<'_>,
 ) -> Tensor<2> {
+    attention_append_with(q, k, v, how, pos, slot, features())
+}
+
+/// [`attention_append`] with its output in the activation type of `f` (f16 or f32). The cache keeps
+/// its own type (f16 or f32, as the cache was made).
+pub fn attention_append_with(
+    q: Tensor<2>,
+    k: Tensor<2>,
+    v: Tensor<2>,
+    how: Attend<'_>,
+    pos: usize,
+    slot: CacheSlot<'_>,
+    f: Features,
+) -> Tensor<2> {
     let [b, kv, alloc, d] = slot.keys.dims();
     let [bq, hd] = q.dims();
     let heads = hd / d.max(1);
@@ -328,12 +344,14 @@ pub fn attention_append(
     assert!(how.window != Some(0), "attention_append: an empty window");
     let start = how.window.map_or(0, |w| (pos + 1).saturating_sub(w));
     let q = cube(q, "attention_append q");
-    let keys = cube(slot.keys.clone(), "attention_append keys");
-    let values = cube(slot.values.clone(), "attention_append values");
+    let keys = cube_any(slot.keys.clone(), "attention_append keys");
+    let values = cube_as(slot.values.clone(), keys.dtype, "attention_append values");
     // Keep the (possibly copied) contiguous cache tensors: the kernel writes into them.
     *slot.keys = Tensor::from_primitive::<Cube>(keys.clone());
     *slot.values = Tensor::from_primitive::<Cube>(values.clone());
-    let out = empty_like(&q, Shape::new([b, hd]));
+    let dtype = act_dtype(f);
+    let out = empty_dtype(&q, Shape::new([b, hd]), dtype);
+    let types = [elem(keys.dtype), elem(dtype)];
     // Absent tables and norms bind a one-element placeholder the kernel never reads.
     let none = || empty_like(&q, Shape::new([1]));
     let (rope_t, sin_at) = match how.rope {
@@ -371,6 +389,7 @@ pub fn attention_append(
                 how.rope.is_some(),
                 how.qk_norm.is_some(),
                 how.softcap.is_some(),
+                types,
             );
         }
     }

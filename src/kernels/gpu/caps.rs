@@ -1,0 +1,206 @@
+//! What the adapter offers kiln's kernels beyond plain WGSL: 16-bit floats (`shader-f16`) and subgroup
+//! operations (`subgroups`), chosen once per device at its creation (`engine::device::gpu`) and reported
+//! by `deviceReport` ([`Features`]).
+//!
+//! - **f16** ([`Features::f16`]): the decode step keeps the activations that feed its matrix products
+//!   (the normalised hidden state, the attention output, the gated activation) and the KV cache in f16,
+//!   and reads F16 weights as `f16`; every sum is still taken in f32, and the residual stream and the
+//!   logits stay f32 (Gemma's residual stream leaves f16's range).
+//! - **Subgroups** ([`Features::subgroups`]): reductions inside a workgroup go through subgroup shuffles
+//!   and sums instead of shared memory and barriers: the split GEMV's partial sums, RMSNorm's sum of
+//!   squares, the argmax. The kernels assume that a subgroup is a run of consecutive invocation indices
+//!   (`UNIT_POS / PLANE_DIM` names it, `UNIT_POS % PLANE_DIM` is the lane), as every Vulkan, Metal and D3D
+//!   driver lays out a one-dimensional workgroup, but WebGPU does not promise it: [`probe`] checks it on
+//!   the device before subgroups are used, and the smallest subgroup size the adapter states
+//!   (`subgroupMinSize`) bounds every shuffle's width.
+//!
+//! SwiftShader (Chromium's software adapter) has neither feature; Mesa's lavapipe has both (f16, and
+//! subgroups of 8), so the native tests run every kernel both ways.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use burn::backend::Cube;
+use burn::tensor::{DType, Device, Shape, Tensor};
+use cubecl::ir::FloatKind;
+use cubecl::prelude::*;
+
+use super::decode::empty_like;
+
+/// The optional kernel paths a device takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Features {
+    /// Decode activations, the KV cache and F16 weights in f16 (`shader-f16`).
+    pub f16: bool,
+    /// Subgroup reductions: the smallest subgroup size any kernel may run with (a power of two, 4 to
+    /// 128), or `None` without them.
+    pub subgroups: Option<u32>,
+}
+
+impl Features {
+    /// Plain f32 kernels, no subgroups: what every WebGPU adapter runs.
+    pub const BASE: Features = Features {
+        f16: false,
+        subgroups: None,
+    };
+
+    /// The width of a shuffle reduction over `lanes` lanes: `lanes` itself when subgroups are on and a
+    /// subgroup holds them all, else `None` (shared memory).
+    pub fn shuffle_width(&self, lanes: usize) -> Option<usize> {
+        self.subgroups
+            .map(|s| s as usize)
+            .filter(|&s| lanes <= s && lanes.is_power_of_two())
+            .map(|_| lanes)
+    }
+}
+
+static F16: AtomicBool = AtomicBool::new(false);
+/// The subgroup size in use, 0 for none.
+static SUBGROUPS: AtomicU32 = AtomicU32::new(0);
+
+thread_local! {
+    /// A override of the device's features on this thread ([`with_features`]).
+    static SCOPED: Cell<Option<Features>> = const { Cell::new(None) };
+}
+
+/// Sets the features kernels take by default from now on (one wgpu device per process).
+pub fn set_features(features: Features) {
+    F16.store(features.f16, Ordering::Relaxed);
+    SUBGROUPS.store(features.subgroups.unwrap_or(0), Ordering::Relaxed);
+}
+
+/// The features kernels take: those of [`with_features`] on this thread, else those set by
+/// [`set_features`] ([`Features::BASE`] before a device was made).
+pub fn features() -> Features {
+    SCOPED.get().unwrap_or_else(|| Features {
+        f16: F16.load(Ordering::Relaxed),
+        subgroups: match SUBGROUPS.load(Ordering::Relaxed) {
+            0 => None,
+            s => Some(s),
+        },
+    })
+}
+
+/// Runs `f` with the kernels launched on this thread taking `features` instead of the device's (tests
+/// and benchmarks compare the paths in one process; `features` must be ones the device has). KV caches
+/// made inside take its f16 choice for good.
+pub fn with_features<T>(features: Features, f: impl FnOnce() -> T) -> T {
+    struct Restore(Option<Features>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SCOPED.set(self.0);
+        }
+    }
+    let _restore = Restore(SCOPED.replace(Some(features)));
+    f()
+}
+
+/// The kernels' element type for a float tensor of `dtype`: f16 for `F16`, else f32 (what every other
+/// float tensor of kiln's kernels is, or is cast to).
+pub(crate) fn elem(dtype: DType) -> ElemType {
+    match dtype {
+        DType::F16 => ElemType::Float(FloatKind::F16),
+        _ => ElemType::Float(FloatKind::F32),
+    }
+}
+
+/// The burn dtype of decode activations under `features`.
+pub(crate) fn act_dtype(features: Features) -> DType {
+    match features.f16 {
+        true => DType::F16,
+        false => DType::F32,
+    }
+}
+
+/// Threads of the probe's workgroup.
+const PROBE_WG: usize = 64;
+
+/// Per thread (as f32, exact for these small integers): its lane, the subgroup size, the subgroup's sum of lane ids, and the index of the thread
+/// whose value a shuffle by each mask 1, 2, 4 brought.
+#[cube(launch_unchecked)]
+fn probe_kernel(out: &mut [f32]) {
+    let tid = UNIT_POS as usize;
+    let lane = UNIT_POS_PLANE;
+    out[tid * 6] = f32::cast_from(lane);
+    out[tid * 6 + 1] = f32::cast_from(PLANE_DIM);
+    out[tid * 6 + 2] = f32::cast_from(plane_sum(lane));
+    out[tid * 6 + 3] = f32::cast_from(plane_shuffle_xor(UNIT_POS, 1u32));
+    out[tid * 6 + 4] = f32::cast_from(plane_shuffle_xor(UNIT_POS, 2u32));
+    out[tid * 6 + 5] = f32::cast_from(plane_shuffle_xor(UNIT_POS, 4u32));
+}
+
+/// Whether `words` (the probe's output) shows subgroups of one power-of-two size `s` in
+/// `min..=max` that are runs of consecutive invocations with `lane = index % s`, whose sums and
+/// shuffles behave; `Some(s)` then.
+pub fn check_probe(words: &[u32], min: u32, max: u32) -> Option<u32> {
+    let s = *words.get(1)?;
+    let sane = s.is_power_of_two() && (4..=128).contains(&s) && (min..=max).contains(&s);
+    let layout = words.len() == PROBE_WG * 6
+        && words.chunks(6).enumerate().all(|(t, w)| {
+            let t = t as u32;
+            let first = t - t % s;
+            w[0] == t % s
+                && w[1] == s
+                && w[2] == s * (s - 1) / 2
+                && (first..first + s).contains(&t)
+                && [1, 2, 4].iter().zip(&w[3..]).all(|(&m, &got)| got == t ^ m)
+        });
+    (sane && layout && (PROBE_WG as u32).is_multiple_of(s)).then_some(s)
+}
+
+/// The subgroup probe's output on `device` and the adapter's stated subgroup sizes (min, max); `None`
+/// when the device is not wgpu.
+fn launch_probe(device: &Device) -> Option<(Tensor<1>, u32, u32)> {
+    let t = Tensor::<1>::zeros([1], device)
+        .try_into_primitive::<Cube>()
+        .ok()?;
+    let props = t.client.properties();
+    let (min, max) = (props.hardware.plane_size_min, props.hardware.plane_size_max);
+    let out = empty_like(&t, Shape::new([PROBE_WG * 6]));
+    unsafe {
+        probe_kernel::launch_unchecked(
+            &t.client,
+            CubeCount::Static(1, 1, 1),
+            CubeDim::new_1d(PROBE_WG as u32),
+            out.clone().into_buffer_arg(),
+        );
+    }
+    Some((Tensor::from_primitive::<Cube>(out), min, max))
+}
+
+/// The subgroup size kernels may count on, from the probe's output `data` and the adapter's stated
+/// `min..=max` (0 where it states none): the stated minimum, or the probed size where none is stated;
+/// `None` unless [`check_probe`] accepts the layout and no subgroup may be wider than [`MAX_SUBGROUP`].
+fn accept(data: burn::tensor::TensorData, min: u32, max: u32) -> Option<u32> {
+    // Small integers, exact in f32.
+    let words: Vec<u32> = data
+        .try_to_vec::<f32>()
+        .ok()?
+        .into_iter()
+        .map(|v| v as u32)
+        .collect();
+    match min {
+        0 => check_probe(&words, 1, MAX_SUBGROUP),
+        _ if max.max(min) > MAX_SUBGROUP => None,
+        _ => check_probe(&words, min, max.max(min)).map(|_| min),
+    }
+}
+
+/// The widest subgroup the kernels handle: their workgroups of 64 threads hold whole subgroups.
+pub const MAX_SUBGROUP: u32 = 64;
+
+/// Runs the subgroup probe on `device` (a wgpu device whose adapter has the `subgroups` feature) and
+/// returns the subgroup size kernels may count on when the layout they assume holds ([`check_probe`]);
+/// `None` when it does not, or the kernel did not run. Reads back asynchronously (the browser).
+pub async fn probe(device: &Device) -> Option<u32> {
+    let (out, min, max) = launch_probe(device)?;
+    accept(out.into_data_async().await.ok()?, min, max)
+}
+
+/// [`probe`] with a blocking read (native only: the device is made under a lock).
+#[cfg(not(target_family = "wasm"))]
+pub fn probe_blocking(device: &Device) -> Option<u32> {
+    let (out, min, max) = launch_probe(device)?;
+    accept(out.into_data(), min, max)
+}
