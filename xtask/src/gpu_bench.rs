@@ -39,7 +39,9 @@ Prints, per shape (smollm2-135m, llama-3.2-1b) and format (q4_0, q4_k by default
 prefill tok/s (a 128-token prompt), decode tok/s (64 greedy steps, each ending in its read back), wgpu
 dispatches and bytes read back per decode step, and the fraction of the bandwidth bound
 (weight bytes x decode tok/s / bandwidth). Writes everything, per-kernel dispatch counts included, to
-results.json.
+results.json. The adapter line says which optional paths run (`features`: f16 decode activations and KV
+cache where the GPU has shader-f16, subgroup reductions where it has subgroups); to measure without them:
+       KILN_F16=0 ./run.sh 3350      KILN_SUBGROUPS=0 ./run.sh 3350
 ";
 
 fn target_dir(root: &Path) -> PathBuf {

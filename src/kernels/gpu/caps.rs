@@ -3,16 +3,19 @@
 //! by `deviceReport` ([`Features`]).
 //!
 //! - **f16** ([`Features::f16`]): the decode step keeps the activations that feed its matrix products
-//!   (the normalised hidden state, the attention output, the gated activation) and the KV cache in f16,
-//!   and reads F16 weights as `f16`; every sum is still taken in f32, and the residual stream and the
-//!   logits stay f32 (Gemma's residual stream leaves f16's range).
+//!   (the normalised hidden state, the attention output, the gated activation) and the KV cache in f16;
+//!   every sum is still taken in f32, and the residual stream and the logits stay f32 (Gemma's residual
+//!   stream leaves f16's range). 16-bit weights are the file's bytes on every device, read 8 at a time
+//!   (`gemv.rs`), their F16 bits decoded by hand: naga mistypes `bitcast<vec2<f16>>`, WGSL's way to
+//!   read them as `f16`.
 //! - **Subgroups** ([`Features::subgroups`]): reductions inside a workgroup go through subgroup shuffles
 //!   and sums instead of shared memory and barriers: the split GEMV's partial sums, RMSNorm's sum of
 //!   squares, the argmax. The kernels assume that a subgroup is a run of consecutive invocation indices
 //!   (`UNIT_POS / PLANE_DIM` names it, `UNIT_POS % PLANE_DIM` is the lane), as every Vulkan, Metal and D3D
 //!   driver lays out a one-dimensional workgroup, but WebGPU does not promise it: [`probe`] checks it on
-//!   the device before subgroups are used, and the smallest subgroup size the adapter states
-//!   (`subgroupMinSize`) bounds every shuffle's width.
+//!   the device before subgroups are used, the smallest subgroup size the adapter states
+//!   (`subgroupMinSize`) bounds every shuffle's width, and no subgroup may be wider than a workgroup of
+//!   64 threads ([`MAX_SUBGROUP`]).
 //!
 //! SwiftShader (Chromium's software adapter) has neither feature; Mesa's lavapipe has both (f16, and
 //! subgroups of 8), so the native tests run every kernel both ways.
@@ -31,10 +34,10 @@ use super::decode::empty_like;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Features {
-    /// Decode activations, the KV cache and F16 weights in f16 (`shader-f16`).
+    /// Decode activations and the KV cache in f16 (`shader-f16`).
     pub f16: bool,
     /// Subgroup reductions: the smallest subgroup size any kernel may run with (a power of two, 4 to
-    /// 128), or `None` without them.
+    /// [`MAX_SUBGROUP`]), or `None` without them.
     pub subgroups: Option<u32>,
 }
 
@@ -135,7 +138,7 @@ fn probe_kernel(out: &mut [f32]) {
 /// shuffles behave; `Some(s)` then.
 pub fn check_probe(words: &[u32], min: u32, max: u32) -> Option<u32> {
     let s = *words.get(1)?;
-    let sane = s.is_power_of_two() && (4..=128).contains(&s) && (min..=max).contains(&s);
+    let sane = s.is_power_of_two() && (4..=MAX_SUBGROUP).contains(&s) && (min..=max).contains(&s);
     let layout = words.len() == PROBE_WG * 6
         && words.chunks(6).enumerate().all(|(t, w)| {
             let t = t as u32;

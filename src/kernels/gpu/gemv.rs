@@ -14,9 +14,11 @@
 //! per-element scale decoding and per-lane loads dominate; that is why the work is per block and per
 //! several rows.
 //!
-//! **Formats.** Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q8_0, Q4_K and Q6_K have a per-block path here; every
-//! other format (F32, F16, BF16, Q2_K, Q3_K, Q5_K, IQ4_XS) decodes its block element by element with
-//! [`dequant_elem`], still a row's blocks in one thread. Each output is a sum in a fixed order (per block,
+//! **Formats.** Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q8_0, Q4_K and Q6_K have a per-block path here, and F16
+//! and BF16 rows of a multiple of 8 elements one reading 8 elements at a time ([`gemv_format`]); every
+//! other format (F32, Q2_K, Q3_K, Q5_K, IQ4_XS, and
+//! 16-bit rows of other lengths) decodes its block element by element with [`dequant_elem`], still a
+//! row's blocks in one thread. Each output is a sum in a fixed order (per block,
 //! then across the row's blocks): the same inputs give the same bits on every launch.
 
 use cubecl::prelude::*;
@@ -38,8 +40,44 @@ pub(crate) const RPT: usize = 4;
 pub(crate) const ROWS_PER_GROUP: usize = GEMV_WG * RPT;
 
 /// Elements and bytes of one block of `fmt` (a supported format, checked at upload).
-fn layout(fmt: u32) -> (usize, usize) {
-    block_layout(fmt).unwrap_or((1, 4))
+pub(crate) fn layout(fmt: u32) -> (usize, usize) {
+    match fmt {
+        F16_X8 | BF16_X8 => (8, 16),
+        _ => block_layout(fmt).unwrap_or((1, 4)),
+    }
+}
+
+/// The GEMV's own formats for 16-bit weights: rows read 8 elements (4 aligned words) at a time, for rows
+/// of a multiple of 8 elements ([`gemv_format`]). F16 is decoded from its bits by hand, also where the
+/// device has `shader-f16`: naga (wgpu 30) types `bitcast<vec2<f16>>(u32)` as a scalar (indexing it is
+/// refused, widening it gives wrong values; measured on lavapipe), so the WGSL `f16` route is closed
+/// natively.
+pub(crate) const F16_X8: u32 = 0x100 | id::F16;
+pub(crate) const BF16_X8: u32 = 0x100 | id::BF16;
+
+/// The format the GEMV reads a weight of GGML type `fmt` with `k` elements per row as: 16-bit rows of a
+/// multiple of 8 elements (every row then starts on a 16-byte boundary) in chunks of 8; every other
+/// weight as it is.
+pub(crate) fn gemv_format(fmt: u32, k: usize) -> u32 {
+    match (fmt, k.is_multiple_of(8)) {
+        (id::F16, true) => F16_X8,
+        (id::BF16, true) => BF16_X8,
+        _ => fmt,
+    }
+}
+
+/// Half `h` (0: the low 16 bits) of `word` as f32, BF16 or F16.
+#[cube]
+fn half_of(word: u32, #[comptime] h: u32, #[comptime] bf16: bool) -> f32 {
+    if comptime![bf16] {
+        if comptime![h == 0] {
+            f32::reinterpret(word << 16)
+        } else {
+            f32::reinterpret(word & 0xFFFF_0000)
+        }
+    } else {
+        f16_to_f32((word >> (16 * h)) & 0xFFFF)
+    }
 }
 
 /// The little-endian `u32` at the even byte offset `off` (two 16-bit reads: `off` need not be 4-aligned,
@@ -375,8 +413,30 @@ pub(crate) fn dot_block<X: Float>(
             }
             h += 1;
         }
+    } else if comptime![fmt == F16_X8 || fmt == BF16_X8] {
+        // 8 elements of 16 bits, 4 words per row (rows start on 16-byte boundaries: see `gemv_format`).
+        let bf16 = comptime![fmt == BF16_X8];
+        let mut q = Array::<u32>::new(comptime![4 * RPT]);
+        #[unroll]
+        for r in 0..RPT {
+            load_words(w, bases[r] + blk * 16, &mut q, r * 4, 4usize, true);
+        }
+        #[unroll]
+        for wi in 0..4usize {
+            #[unroll]
+            for h in 0..2u32 {
+                #[unroll]
+                for i in 0..m {
+                    let xv = xf(x, i * k + e0 + 2 * wi + h as usize);
+                    #[unroll]
+                    for r in 0..RPT {
+                        acc[i * RPT + r] += half_of(q[r * 4 + wi], h, bf16) * xv;
+                    }
+                }
+            }
+        }
     } else {
-        // Element by element (16-bit floats, f32, and the K-quants without a path of their own).
+        // Element by element (16-bit floats of odd rows, f32, and the K-quants without a path of their own).
         let mut j = 0usize;
         while j < be {
             let mut v = Array::<f32>::new(RPT);

@@ -22,8 +22,7 @@
 
 use cubecl::prelude::*;
 
-use super::dequant::block_layout;
-use super::gemv::{RPT, dot_block};
+use super::gemv::{RPT, dot_block, layout};
 
 /// Threads per workgroup.
 pub(crate) const SPLIT_WG: usize = 64;
@@ -43,9 +42,9 @@ pub(crate) fn rows_per_group(lanes: usize) -> usize {
     SPLIT_WG / lanes * RPT
 }
 
-/// The blocks of a row of `k` elements of `fmt`.
+/// The blocks of a row of `k` elements of `fmt` (a GGML type or one of the GEMV's own, `gemv.rs`).
 pub(crate) fn blocks_of(fmt: u32, k: usize) -> usize {
-    k / block_layout(fmt).map_or(1, |(elems, _)| elems)
+    k / layout(fmt).0
 }
 
 #[cube(launch_unchecked)]
@@ -88,7 +87,7 @@ pub(crate) fn gemv_split_kernel<X: Float>(
     for j in 0..mr {
         acc[j] = 0.0;
     }
-    let blocks = k / comptime![block_layout(fmt).map_or(1, |(elems, _)| elems)];
+    let blocks = k / comptime![layout(fmt).0];
     let mut blk = lane;
     while blk < blocks {
         dot_block::<X>(x, w, &bases, blk, k, &mut acc, m, fmt);

@@ -31,7 +31,7 @@ use cubecl::prelude::*;
 use super::GpuWeight;
 use super::caps::{Features, features};
 use super::dequant::dequant_elem;
-use super::gemv::{GEMV_MAX_M, GEMV_WG, ROWS_PER_GROUP, gemv_kernel};
+use super::gemv::{GEMV_MAX_M, GEMV_WG, ROWS_PER_GROUP, gemv_format, gemv_kernel};
 use super::gemv_split::{SPLIT_WG, blocks_of, gemv_split_kernel, lanes, rows_per_group};
 use super::{GemvLayout, gemv_layout};
 
@@ -182,6 +182,7 @@ pub fn matmul_features(x: Tensor<2>, w: &GpuWeight, layout: GemvLayout, features
     if m == 0 {
         return Tensor::from_primitive::<Cube>(out);
     }
+    let fmt = gemv_format(w.fmt, w.k);
     for part in &w.parts {
         let weights = || unsafe { BufferArg::from_raw_parts(part.handle.clone(), part.words) };
         let Some(step) = gemv_rows else {
@@ -216,7 +217,7 @@ pub fn matmul_features(x: Tensor<2>, w: &GpuWeight, layout: GemvLayout, features
             let col0 = part.row0 + r0 * w.n;
             let ys = out.clone().into_buffer_arg();
             if layout == GemvLayout::Split {
-                let blocks = blocks_of(w.fmt, w.k);
+                let blocks = blocks_of(fmt, w.k);
                 let width = features
                     .subgroups
                     .map_or(SPLIT_WG, |s| (s as usize).min(SPLIT_WG));
@@ -236,7 +237,7 @@ pub fn matmul_features(x: Tensor<2>, w: &GpuWeight, layout: GemvLayout, features
                         w.k,
                         w.row_bytes,
                         rows,
-                        w.fmt,
+                        fmt,
                         t,
                         shuffle,
                         x_type,
@@ -257,7 +258,7 @@ pub fn matmul_features(x: Tensor<2>, w: &GpuWeight, layout: GemvLayout, features
                         w.k,
                         w.row_bytes,
                         rows,
-                        w.fmt,
+                        fmt,
                         x_type,
                     );
                 }
