@@ -175,7 +175,12 @@ fn smollm2_q4_k_m_quantized_equals_dequantised() {
 fn fused_equals_generic(fused: &Decoder, prompt: &[u32], steps: usize, tolerance: f32, name: &str) -> f32 {
     let mut worst = 0f32;
     for f in feature_sets(fused.device()) {
-        let tol = if f.f16 { F16_TOLERANCE } else { tolerance };
+        // The device's own paths over at most 24 steps (past the fixtures' windows of 5 and 6 after a
+        // 12-token prompt): the plain kernels' run covers the rest.
+        let (tol, steps) = match f.f16 {
+            true => (F16_TOLERANCE, steps.min(24)),
+            false => (tolerance, steps),
+        };
         let name = format!("{name} {f:?}");
         worst = worst.max(with_features(f, || {
             fused_equals_generic_with(fused, prompt, steps, tol, &name)
