@@ -29,7 +29,8 @@ fn main() {
         None => &model.decoder,
     };
     let sync = |t: Tensor<3>| {
-        let d = block_on(t.into_data_async()).expect("read");
+        // f16 activations (a device with shader-f16) are read as f32.
+        let d = block_on(t.cast(burn::tensor::DType::F32).into_data_async()).expect("read");
         d.try_into_vec::<f32>().expect("f32")
     };
     let argmax = |v: &[f32]| {

@@ -4,7 +4,7 @@
 //! | launches | Llama (`Block::Llama`)            | Gemma 2/3 (`Block::Gemma`)                      |
 //! |----------|-----------------------------------|-------------------------------------------------|
 //! | 3        | q, k, v projections               | the same                                        |
-//! | 1        | q/k norm (Qwen3), rope, attention | q/k norm (Gemma 3), the layer's rope, attention |
+//! | 1 (2)    | q/k norm (Qwen3), rope, attention | q/k norm (Gemma 3), the layer's rope, attention |
 //! | 1        | output projection                 | the same                                        |
 //! | 1        | `x + o`, RMSNorm                  | `x + rmsnorm(o)·post_attn`, RMSNorm             |
 //! | 2        | gate, up projections              | the same                                        |
@@ -13,7 +13,8 @@
 //! | 1        | `x + mlp`, the next RMSNorm       | `x + rmsnorm(mlp)·post_ffw`, the next RMSNorm   |
 //!
 //! "Attention" is one [`fused::attention_append`]: rope, the cache append and attention over the cache; for
-//! Gemma with the layer's window (local layers) and Gemma 2's logit softcap.
+//! Gemma with the layer's window (local layers) and Gemma 2's logit softcap. On a GPU a span of 512 cached
+//! positions or more is split over the sequence, and a second launch merges the splits (twelve per layer).
 //!
 //! Eleven in all (more where a projection has a bias), where the generic path launches some sixty (more
 //! for Gemma's four norms and GELU). Per step besides: the embedding rows (and Gemma's `√h` scale), the

@@ -133,6 +133,8 @@ struct Case {
     scale: Option<f64>,
     window: Option<usize>,
     softcap: Option<f64>,
+    /// Cached positions per split of the kernel (`None`: one workgroup per head).
+    chunk: Option<usize>,
 }
 
 const fn case(shape: (usize, usize, usize, usize, usize, usize)) -> Case {
@@ -143,6 +145,7 @@ const fn case(shape: (usize, usize, usize, usize, usize, usize)) -> Case {
         scale: None,
         window: None,
         softcap: None,
+        chunk: None,
     }
 }
 
@@ -191,7 +194,7 @@ fn check_attention_with(rng: &mut Rng, c: &Case, f: Features) {
         window: c.window,
         softcap: c.softcap.map(|cap| cap as f32),
     };
-    let got = read(fused::attention_append(
+    let got = read(fused::attention_append_split(
         t2(&q, [b, heads * d]),
         t2(&k, [b, kv * d]),
         t2(&v, [b, kv * d]),
@@ -201,6 +204,8 @@ fn check_attention_with(rng: &mut Rng, c: &Case, f: Features) {
             keys: &mut keys,
             values: &mut values,
         },
+        f,
+        c.chunk,
     ));
     // The host reference: per-head norm, then rope (no rope: unrotated).
     let (qn, kn) = match c.norm {
@@ -223,8 +228,9 @@ fn check_attention_with(rng: &mut Rng, c: &Case, f: Features) {
         }
     }
     let what = format!(
-        "b={b} H={heads} K={kv} d={d} pos={pos} rope={} norm={} scale={:?} window={:?} cap={:?} {f:?}",
-        c.rope, c.norm, c.scale, c.window, c.softcap
+        "b={b} H={heads} K={kv} d={d} pos={pos} rope={} norm={} scale={:?} window={:?} cap={:?} \
+         chunk={:?} {f:?}",
+        c.rope, c.norm, c.scale, c.window, c.softcap, c.chunk
     );
     // The new position's key and value are written in the cache's type (the launch's own attention reads
     // them unrounded: the reference uses `kw`, `vw` at `pos` unrounded too).
@@ -326,6 +332,47 @@ fn attention_append_scales_windows_caps_and_norms() {
             norm: true,
             softcap: Some(5.0),
             ..case((1, 2, 1, 80, 40, 35))
+        },
+    ];
+    for c in &cases {
+        check_attention(&mut rng, c);
+    }
+}
+
+/// The attention split over the sequence (`attention_append_split`: partial softmax states per split,
+/// then their merge): splits of 16, 5 and 7 positions (the last one ragged), a window cutting through a
+/// split, a span of exactly one split (no split), softcaps and norms, and a 600-position cache in splits
+/// of the kernel's own length (`SPLIT`).
+#[test]
+fn split_attention_matches_the_host() {
+    let mut rng = Rng(0xD3C0_0008);
+    let cases = [
+        Case {
+            chunk: Some(16),
+            ..case((1, 9, 3, 64, 80, 69))
+        },
+        Case {
+            chunk: Some(5),
+            ..case((1, 3, 3, 16, 33, 32))
+        },
+        Case {
+            chunk: Some(7),
+            window: Some(40),
+            ..case((2, 4, 1, 8, 64, 50))
+        },
+        Case {
+            chunk: Some(32),
+            ..case((1, 3, 3, 16, 33, 32))
+        },
+        Case {
+            chunk: Some(3),
+            norm: true,
+            softcap: Some(2.0),
+            ..case((2, 2, 1, 80, 12, 10))
+        },
+        Case {
+            chunk: Some(fused::SPLIT),
+            ..case((1, 4, 2, 64, 640, 600))
         },
     ];
     for c in &cases {

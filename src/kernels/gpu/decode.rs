@@ -23,7 +23,9 @@
 
 mod attention;
 
-pub use attention::{Attend, CacheSlot, attention_append, attention_append_with};
+pub use attention::{
+    Attend, CacheSlot, SPLIT, attention_append, attention_append_split, attention_append_with, split_len,
+};
 
 use burn::backend::Cube;
 use burn::tensor::{DType, Shape, Tensor};

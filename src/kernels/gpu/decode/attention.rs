@@ -14,6 +14,12 @@
 //!    through `ATT_WG²` shared floats (4 KiB, whatever `d`: a head of 256 would need 32 KiB at once, past
 //!    WebGPU's default 16 KiB of workgroup storage).
 //!
+//! **Split over the sequence** ([`split_len`]: on GPUs, spans of 512 cached positions or more): the grid
+//! is (head, split), each workgroup takes one split of [`SPLIT`] cached positions (the last one also the
+//! new position; the first writes the cache) and writes its softmax state `(max, sum, d weighted values)`
+//! instead of the output, and a second launch (`merge_kernel`) combines a head's splits: one workgroup
+//! per head becomes `⌈span / SPLIT⌉`, for a long context's few heads.
+//!
 //! Shapes: `b` sequences, `H` / `K` query / key-value heads, `d` head dim (even), `A` positions allocated
 //! in the cache `[b, K, A, d]`; `q: [b, H·d]`, `k`, `v: [b, K·d]`; rope tables `[max_pos, d / 2]`.
 
@@ -112,6 +118,7 @@ fn attend_append_kernel<C: Float, X: Float>(
     kv_heads: usize,
     pos: usize,
     start: usize,
+    chunk: usize,
     alloc: usize,
     scale: f32,
     cap: f32,
@@ -120,11 +127,21 @@ fn attend_append_kernel<C: Float, X: Float>(
     #[comptime] rope: bool,
     #[comptime] norm: bool,
     #[comptime] softcap: bool,
+    #[comptime] split: bool,
     #[define(C, X)] _types: [ElemType; 2],
 ) {
     let half = comptime![d / 2];
     let unroll = comptime![d <= UNROLL];
-    let bh = CUBE_POS;
+    // Workgroup (bh, sp): query head bh's cached positions `lo..hi` of split sp (all of them without a
+    // split); the last split also takes the new position.
+    let bh = CUBE_POS_X as usize;
+    let sp = CUBE_POS_Y as usize;
+    let splits = CUBE_COUNT_Y as usize;
+    let lo = start + sp * chunk;
+    let mut hi = lo + chunk;
+    if sp + 1 == splits {
+        hi = pos;
+    }
     let bi = bh / heads;
     let head = bh % heads;
     let group = heads / kv_heads;
@@ -150,8 +167,9 @@ fn attend_append_kernel<C: Float, X: Float>(
         o[i] = 0.0;
         o[i + half] = 0.0;
     }
-    // The first query head of each key-value head writes the key and the value at `pos`.
-    if head == kh * group {
+    // The first query head of each key-value head writes the key and the value at `pos` (in the first
+    // split: no launch reads position `pos` from the cache).
+    if head == kh * group && sp == 0 {
         let dst = kv0 + pos * d;
         let mut i = tid;
         while i < half {
@@ -170,8 +188,8 @@ fn attend_append_kernel<C: Float, X: Float>(
     let mut state = Array::<f32>::new(2usize);
     state[0] = f32::cast_from(tid) * 0.0 - 3.0e38;
     state[1] = 0.0;
-    let mut p = start + tid;
-    while p < pos {
+    let mut p = lo + tid;
+    while p < hi {
         let at = kv0 + p * d;
         let mut dot = 0.0f32;
         #[unroll(unroll)]
@@ -186,7 +204,7 @@ fn attend_append_kernel<C: Float, X: Float>(
         p += ATT_WG;
     }
     // The new position, from this launch's own key (normalised and rotated here) and value.
-    if tid == 0 {
+    if tid == 0 && sp + 1 == splits {
         let mut dot = 0.0f32;
         #[unroll(unroll)]
         for i in 0..half {
@@ -237,9 +255,58 @@ fn attend_append_kernel<C: Float, X: Float>(
             for i in 0..ATT_WG {
                 num += wt[i] * so[i * ATT_WG + tid];
             }
-            out[qo + base + tid] = X::cast_from(num / den);
+            if comptime![split] {
+                // The split's state for `merge_kernel`: `(max, sum, d unnormalised outputs)`.
+                out[(bh * splits + sp) * (d + 2) + 2 + base + tid] = X::cast_from(num);
+            } else {
+                out[qo + base + tid] = X::cast_from(num / den);
+            }
         }
         sync_cube();
+    }
+    if comptime![split] {
+        if tid == 0 {
+            out[(bh * splits + sp) * (d + 2)] = X::cast_from(top);
+            out[(bh * splits + sp) * (d + 2) + 1] = X::cast_from(den);
+        }
+    }
+}
+
+/// Merges the `splits` partial states of each query head (`part: [b·H, splits, d + 2]`, as
+/// `attend_append_kernel` writes them in split mode) into its output `out: [b·H, d]`: with `M` the
+/// largest max, `Σ_s o_s·e^(m_s − M) / Σ_s l_s·e^(m_s − M)`. One workgroup of [`ATT_WG`] threads per head,
+/// thread `j` on columns `j, j + ATT_WG, …`.
+#[cube(launch_unchecked)]
+fn merge_kernel<X: Float>(
+    part: &[f32],
+    out: &mut [X],
+    splits: usize,
+    #[comptime] d: usize,
+    #[define(X)] _act: ElemType,
+) {
+    let bh = CUBE_POS;
+    let p0 = bh * splits * (d + 2);
+    let mut top = part[p0];
+    for s in 1..splits {
+        let m = part[p0 + s * (d + 2)];
+        if m > top {
+            top = m;
+        }
+    }
+    let mut den = 0.0f32;
+    for s in 0..splits {
+        let at = p0 + s * (d + 2);
+        den += part[at + 1] * (part[at] - top).exp();
+    }
+    let mut c = UNIT_POS as usize;
+    while c < d {
+        let mut num = 0.0f32;
+        for s in 0..splits {
+            let at = p0 + s * (d + 2);
+            num += part[at + 2 + c] * (part[at] - top).exp();
+        }
+        out[bh * d + c] = X::cast_from(num / den);
+        c += ATT_WG;
     }
 }
 
@@ -302,7 +369,7 @@ pub fn attention_append(
 }
 
 /// [`attention_append`] with its output in the activation type of `f` (f16 or f32). The cache keeps
-/// its own type (f16 or f32, as the cache was made).
+/// its own type (f16 or f32, as the cache was made). Long spans on GPUs are split ([`split_len`]).
 pub fn attention_append_with(
     q: Tensor<2>,
     k: Tensor<2>,
@@ -311,6 +378,36 @@ pub fn attention_append_with(
     pos: usize,
     slot: CacheSlot<'_>,
     f: Features,
+) -> Tensor<2> {
+    let start = how.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+    let chunk = split_len(pos - start);
+    attention_append_split(q, k, v, how, pos, slot, f, chunk)
+}
+
+/// Cached positions per split of the attention kernel: a span of at least `2 · SPLIT` cached positions is
+/// cut into splits of [`SPLIT`] on GPUs, where one workgroup per head would leave most of the machine
+/// idle (a 9-head model's 9 workgroups); software adapters, whose few CPU threads the heads already
+/// fill, take the span whole (`None`).
+pub fn split_len(span: usize) -> Option<usize> {
+    (span >= 2 * SPLIT && !crate::kernels::gpu::software_adapter()).then_some(SPLIT)
+}
+
+/// Cached positions per split where the attention is split ([`split_len`]): 8 per thread.
+pub const SPLIT: usize = 256;
+
+/// [`attention_append_with`] with the cached span cut into splits of `chunk` positions (`None`: one
+/// workgroup per head takes it whole). Split, each (head, split) workgroup writes its partial softmax
+/// state and a second launch merges them: two launches instead of one.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_append_split(
+    q: Tensor<2>,
+    k: Tensor<2>,
+    v: Tensor<2>,
+    how: Attend<'_>,
+    pos: usize,
+    slot: CacheSlot<'_>,
+    f: Features,
+    chunk: Option<usize>,
 ) -> Tensor<2> {
     let [b, kv, alloc, d] = slot.keys.dims();
     let [bq, hd] = q.dims();
@@ -342,7 +439,14 @@ pub fn attention_append_with(
         assert!(w.dims() == [2 * d], "attention_append: q/k norms {:?}", w.dims());
     }
     assert!(how.window != Some(0), "attention_append: an empty window");
+    assert!(chunk != Some(0), "attention_append: splits of no position");
     let start = how.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+    // Splits of `chunk` cached positions (the last one also the new position): at least one.
+    let span = pos - start;
+    let (chunk, splits) = match chunk {
+        Some(c) if span > c => (c, span.div_ceil(c)),
+        _ => (span.max(1), 1),
+    };
     let q = cube(q, "attention_append q");
     let keys = cube_any(slot.keys.clone(), "attention_append keys");
     let values = cube_as(slot.values.clone(), keys.dtype, "attention_append values");
@@ -351,7 +455,13 @@ pub fn attention_append_with(
     *slot.values = Tensor::from_primitive::<Cube>(values.clone());
     let dtype = act_dtype(f);
     let out = empty_dtype(&q, Shape::new([b, hd]), dtype);
-    let types = [elem(keys.dtype), elem(dtype)];
+    // Split, the first launch writes f32 partial states (`[b·H, splits, d + 2]`) where the output would be.
+    let part = match splits {
+        1 => None,
+        _ => Some(empty_like(&q, Shape::new([b * heads * splits * (d + 2)]))),
+    };
+    let first = part.as_ref().unwrap_or(&out);
+    let types = [elem(keys.dtype), elem(first.dtype)];
     // Absent tables and norms bind a one-element placeholder the kernel never reads.
     let none = || empty_like(&q, Shape::new([1]));
     let (rope_t, sin_at) = match how.rope {
@@ -366,7 +476,7 @@ pub fn attention_append_with(
         unsafe {
             attend_append_kernel::launch_unchecked(
                 &q.client,
-                CubeCount::Static((b * heads) as u32, 1, 1),
+                CubeCount::Static((b * heads) as u32, splits as u32, 1),
                 CubeDim::new_1d(ATT_WG as u32),
                 q.clone().into_buffer_arg(),
                 cube(k, "attention_append k").into_buffer_arg(),
@@ -375,12 +485,13 @@ pub fn attention_append_with(
                 qkn.into_buffer_arg(),
                 keys.into_buffer_arg(),
                 values.into_buffer_arg(),
-                out.clone().into_buffer_arg(),
+                first.clone().into_buffer_arg(),
                 sin_at,
                 heads,
                 kv,
                 pos,
                 start,
+                chunk,
                 alloc,
                 how.scale,
                 how.softcap.unwrap_or(1.0),
@@ -389,8 +500,21 @@ pub fn attention_append_with(
                 how.rope.is_some(),
                 how.qk_norm.is_some(),
                 how.softcap.is_some(),
+                part.is_some(),
                 types,
             );
+            if let Some(part) = &part {
+                merge_kernel::launch_unchecked(
+                    &q.client,
+                    CubeCount::Static((b * heads) as u32, 1, 1),
+                    CubeDim::new_1d(ATT_WG as u32),
+                    part.clone().into_buffer_arg(),
+                    out.clone().into_buffer_arg(),
+                    splits,
+                    d,
+                    elem(dtype),
+                );
+            }
         }
     }
     Tensor::from_primitive::<Cube>(out)
