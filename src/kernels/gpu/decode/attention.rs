@@ -264,11 +264,9 @@ fn attend_append_kernel<C: Float, X: Float>(
         }
         sync_cube();
     }
-    if comptime![split] {
-        if tid == 0 {
-            out[(bh * splits + sp) * (d + 2)] = X::cast_from(top);
-            out[(bh * splits + sp) * (d + 2) + 1] = X::cast_from(den);
-        }
+    if comptime![split] && tid == 0 {
+        out[(bh * splits + sp) * (d + 2)] = X::cast_from(top);
+        out[(bh * splits + sp) * (d + 2) + 1] = X::cast_from(den);
     }
 }
 
