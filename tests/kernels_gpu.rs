@@ -16,7 +16,7 @@
 //! the fused decode-step kernels (RMSNorm, rope with the cache append, attention, SiLU·up) in
 //! `kernels_gpu/decode.rs`, the sampling kernels (bias and penalties, top-k selection) in
 //! `kernels_gpu/select.rs`, the device's optional paths (f16 activations, subgroup reductions) in
-//! `kernels_gpu/features.rs`.
+//! `kernels_gpu/features.rs`, several GEMVs in one launch in `kernels_gpu/multi.rs`.
 //!
 //! The host reference is `GgmlType::dequantize` wherever `GgmlType` names the format; for the formats it
 //! does not name yet, this file's `host_dequantize`, a transcription of llama.cpp's `dequantize_row_*`.
@@ -38,6 +38,9 @@ mod select;
 
 #[path = "kernels_gpu/features.rs"]
 mod features;
+
+#[path = "kernels_gpu/multi.rs"]
+mod multi;
 
 mod quant_kernels;
 

@@ -136,6 +136,15 @@ impl QuantWeight {
         }
     }
 
+    /// The weight on its wgpu device, if it is there (not in host memory for the CPU kernels).
+    #[cfg(feature = "webgpu")]
+    pub fn gpu(&self) -> Option<&gpu::GpuWeight> {
+        match &self.store {
+            Store::Gpu(w) => Some(w),
+            Store::Host(_) => None,
+        }
+    }
+
     /// Rows `ids` of the matrix, dequantised: `[ids.len(), k]` on `device` (the weight's).
     pub fn rows(&self, ids: &[u32], device: &Device) -> Tensor<2> {
         match &self.store {

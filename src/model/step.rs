@@ -3,20 +3,24 @@
 //!
 //! | launches | Llama (`Block::Llama`)            | Gemma 2/3 (`Block::Gemma`)                      |
 //! |----------|-----------------------------------|-------------------------------------------------|
-//! | 3        | q, k, v projections               | the same                                        |
+//! | 1        | q, k, v projections (one launch)  | the same                                        |
 //! | 1 (2)    | q/k norm (Qwen3), rope, attention | q/k norm (Gemma 3), the layer's rope, attention |
 //! | 1        | output projection                 | the same                                        |
 //! | 1        | `x + o`, RMSNorm                  | `x + rmsnorm(o)·post_attn`, RMSNorm             |
-//! | 2        | gate, up projections              | the same                                        |
+//! | 1        | gate, up projections (one launch) | the same                                        |
 //! | 1        | `silu(gate) · up`                 | `gelu_tanh(gate) · up`                          |
 //! | 1        | down projection                   | the same                                        |
 //! | 1        | `x + mlp`, the next RMSNorm       | `x + rmsnorm(mlp)·post_ffw`, the next RMSNorm   |
 //!
 //! "Attention" is one [`fused::attention_append`]: rope, the cache append and attention over the cache; for
 //! Gemma with the layer's window (local layers) and Gemma 2's logit softcap. On a GPU a span of 512 cached
-//! positions or more is split over the sequence, and a second launch merges the splits (twelve per layer).
+//! positions or more is split over the sequence, and a second launch merges the splits (nine per layer).
 //!
-//! Eleven in all (more where a projection has a bias), where the generic path launches some sixty (more
+//! The projections that read the same input share a launch (`kernels::gpu::matmul_many`: each matrix
+//! its own buffer, format and output, the outputs bit for bit those of one launch each); a weight held
+//! in several buffers (one over the device's binding limit) takes a launch of its own.
+//!
+//! Eight in all (more where a projection has a bias), where the generic path launches some sixty (more
 //! for Gemma's four norms and GELU). Per step besides: the embedding rows (and Gemma's `√h` scale), the
 //! first RMSNorm, the `lm_head` and any final softcap. (A GEMV computing gate, up and their product in
 //! one launch measured no faster per step on lavapipe and cost ~270 ms more pipeline compilation on the
@@ -35,7 +39,7 @@ use super::config::Act;
 use super::decoder::Decoder;
 use super::layers::attention::{Attention, Qkv};
 use super::layers::kv_cache::KvCache;
-use super::layers::linear::Linear;
+use super::layers::linear::{Linear, Matrix};
 use super::layers::mlp::{GateUp, Mlp};
 use crate::kernels::gpu::decode::{self as fused, Attend, CacheSlot};
 
@@ -44,6 +48,27 @@ fn apply(l: &Linear, x: Tensor<2>) -> Tensor<2> {
     let [r, n] = x.dims();
     let [out, _] = l.weight.dims();
     l.forward(x.reshape([r, 1, n])).reshape([r, out])
+}
+
+/// `x: [r, in]` through each of `ls` → `[r, out_i]`: one GEMV launch for all where their weights are
+/// kiln's GPU blocks (`kernels::gpu::matmul_many`), biases added after; else one [`apply`] each.
+fn apply_many<const N: usize>(ls: [&Linear; N], x: Tensor<2>) -> [Tensor<2>; N] {
+    let ws: Option<Vec<_>> = ls
+        .iter()
+        .map(|l| match &l.weight {
+            Matrix::Quant(q) => q.gpu(),
+            Matrix::Dense(_) => None,
+        })
+        .collect();
+    let Some(ws) = ws else {
+        return ls.map(|l| apply(l, x.clone()));
+    };
+    let ys = crate::kernels::gpu::matmul_many(x, &ws);
+    let mut ys = ls.iter().zip(ys).map(|(l, y)| match &l.bias {
+        Some(bias) => y + bias.clone().unsqueeze::<2>(),
+        None => y,
+    });
+    std::array::from_fn(|_| ys.next().expect("one output per projection"))
 }
 
 /// A layer as the fused step sees it; norms `[h]`.
@@ -133,7 +158,7 @@ impl Decoder {
         let mut hn = fused::rms_norm(x.clone(), layers.first().map_or(&self.norm, |l| l.pre_attn), eps);
         for (i, layer) in layers.iter().enumerate() {
             let [wq, wk, wv, gate, up] = layer.proj;
-            let (q, k, v) = (apply(wq, hn.clone()), apply(wk, hn.clone()), apply(wv, hn));
+            let [q, k, v] = apply_many([wq, wk, wv], hn);
             let kind = c.layers[i];
             let how = Attend {
                 rope: kind.rope.map(|r| &self.ropes[r].cos_sin),
@@ -147,7 +172,7 @@ impl Decoder {
             let (post_attn, post_ffw) = layer.post.unzip();
             let o = apply(&layer.attn.o, attn);
             let (x1, hn1) = residual(x, o, post_attn, layer.pre_mlp, eps);
-            let (g, u) = (apply(gate, hn1.clone()), apply(up, hn1));
+            let [g, u] = apply_many([gate, up], hn1);
             let act = match c.act {
                 Act::Silu => fused::silu_mul(g, u),
                 Act::GeluTanh => fused::gelu_tanh_mul(g, u),

@@ -472,9 +472,29 @@ pub(crate) fn gemv_kernel<X: Float>(
     #[comptime] fmt: u32,
     #[define(X)] _act: ElemType,
 ) {
+    gemv_rows::<X>(x, w, out, n, ldo, col0, k, row_bytes, CUBE_POS, m, fmt);
+}
+
+/// Workgroup `group`'s rows of the GEMV (the body of `gemv_kernel`, and of one matrix of
+/// `gemv_multi.rs`'s launch).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemv_rows<X: Float>(
+    x: &[X],
+    w: &[u32],
+    out: &mut [f32],
+    n: usize,
+    ldo: usize,
+    col0: usize,
+    k: usize,
+    row_bytes: usize,
+    group: usize,
+    #[comptime] m: usize,
+    #[comptime] fmt: u32,
+) {
     // Thread `tid` of workgroup `g` owns rows `g · ROWS_PER_GROUP + r · GEMV_WG + tid`, r < RPT. Rows past
     // `n` compute row `n - 1` again (and write nothing): every thread runs the same control flow.
-    let first = CUBE_POS * ROWS_PER_GROUP + UNIT_POS as usize;
+    let first = group * ROWS_PER_GROUP + UNIT_POS as usize;
     let mut bases = Array::<usize>::new(RPT);
     #[unroll]
     for r in 0..RPT {

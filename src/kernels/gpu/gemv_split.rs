@@ -48,8 +48,6 @@ pub(crate) fn blocks_of(fmt: u32, k: usize) -> usize {
 }
 
 #[cube(launch_unchecked)]
-// `tid * 0 + c`: a runtime copy of the constant `c`, which the loop then halves.
-#[allow(clippy::erasing_op)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemv_split_kernel<X: Float>(
     x: &[X],
@@ -66,11 +64,58 @@ pub(crate) fn gemv_split_kernel<X: Float>(
     #[comptime] shuffle: bool,
     #[define(X)] _act: ElemType,
 ) {
+    let mut partial = Shared::<[f32]>::new_slice(comptime![partial_len(m, shuffle)]);
+    gemv_split_rows::<X>(
+        x,
+        w,
+        out,
+        n,
+        ldo,
+        col0,
+        k,
+        row_bytes,
+        CUBE_POS,
+        &mut partial,
+        m,
+        fmt,
+        t,
+        shuffle,
+    );
+}
+
+/// Floats of shared memory the split GEMV needs: `m · RPT · SPLIT_WG` for the tree, 1 (unused) when the
+/// partial sums meet by shuffles.
+pub(crate) fn partial_len(m: usize, shuffle: bool) -> usize {
+    if shuffle { 1 } else { m * RPT * SPLIT_WG }
+}
+
+/// Workgroup `group`'s rows of the split GEMV (the body of `gemv_split_kernel`, and of one matrix of
+/// `gemv_multi.rs`'s launch), its tree in `partial` ([`partial_len`] floats).
+#[cube]
+// `tid * 0 + c`: a runtime copy of the constant `c`, which the loop then halves.
+#[allow(clippy::erasing_op)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemv_split_rows<X: Float>(
+    x: &[X],
+    w: &[u32],
+    out: &mut [f32],
+    n: usize,
+    ldo: usize,
+    col0: usize,
+    k: usize,
+    row_bytes: usize,
+    group_of_cube: usize,
+    partial: &mut Shared<[f32]>,
+    #[comptime] m: usize,
+    #[comptime] fmt: u32,
+    #[comptime] t: usize,
+    #[comptime] shuffle: bool,
+) {
     let tid = UNIT_POS as usize;
     let lane = tid % t;
     let group = tid / t;
     let groups = comptime![SPLIT_WG / t];
-    let first = (CUBE_POS * groups + group) * RPT;
+    let first = (group_of_cube * groups + group) * RPT;
     // Rows past `n` compute row `n − 1` again (and write nothing): every lane runs the same control flow.
     let mut bases = Array::<usize>::new(RPT);
     #[unroll]
@@ -115,7 +160,6 @@ pub(crate) fn gemv_split_kernel<X: Float>(
         }
     } else {
         // Output j of every thread at `j · SPLIT_WG + tid`; each group's lanes are contiguous.
-        let mut partial = Shared::<[f32]>::new_slice(comptime![m * RPT * SPLIT_WG]);
         #[unroll]
         for j in 0..mr {
             partial[j * SPLIT_WG + tid] = acc[j];

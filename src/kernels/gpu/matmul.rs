@@ -126,7 +126,7 @@ const MAX_GROUPS: usize = 65535;
 
 /// A grid of at least `groups` workgroups, 2-D when one dimension cannot hold them (`CUBE_POS` is
 /// linear over both).
-fn linear_grid(groups: usize) -> CubeCount {
+pub(crate) fn linear_grid(groups: usize) -> CubeCount {
     let x = groups.clamp(1, MAX_GROUPS);
     let y = groups.div_ceil(x).max(1);
     CubeCount::Static(x as u32, y as u32, 1)

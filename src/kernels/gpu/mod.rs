@@ -12,6 +12,8 @@
 //!
 //! - [`matmul`]: `x: [m, k]` × `W: [n, k]` → `[m, n]`. `m ≤ 8` (decode) takes the GEMV kernel, larger
 //!   `m` (prefill) the tiled kernel (both in `matmul.rs`).
+//! - [`matmul_many`]: two or three decode GEMVs of the same `x` in one launch (`gemv_multi.rs`): a
+//!   layer's q, k, v or gate, up.
 //! - [`embedding`]: rows `ids` of a `[n, k]` table → `[len, k]` f32 (`embed.rs`).
 //!
 //! Element decoding, shared by all three kernels, is in `dequant.rs`.
@@ -31,12 +33,14 @@ pub mod decode;
 mod dequant;
 mod embed;
 mod gemv;
+mod gemv_multi;
 mod gemv_split;
 mod matmul;
 pub mod select;
 
 pub use caps::{Features, features, set_features};
 pub use embed::embedding;
+pub use gemv_multi::matmul_group;
 pub use matmul::{matmul, matmul_features, matmul_with};
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -193,6 +197,16 @@ impl GpuWeight {
     /// How many storage buffers hold the rows (1 unless the tensor exceeds the binding limit).
     pub fn parts(&self) -> usize {
         self.parts.len()
+    }
+}
+
+/// `x · W_iᵀ` for each of `ws` (`x: [m, k]` → `[m, n_i]` each): one launch where [`matmul_group`]
+/// applies (decode rows, every weight in one buffer, two or three of them), else one [`matmul`] each.
+pub fn matmul_many(x: Tensor<2>, ws: &[&GpuWeight]) -> Vec<Tensor<2>> {
+    let grouped = matmul_group(&x, ws, gemv_layout(), features());
+    match grouped {
+        Some(ys) => ys,
+        None => ws.iter().map(|w| matmul(x.clone(), w)).collect(),
     }
 }
 
