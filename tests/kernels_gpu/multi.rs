@@ -8,13 +8,16 @@ use kiln::kernels::gpu::{self, Features, GemvLayout};
 
 use super::{Rng, device, feature_sets, random_blocks, read, upload};
 
+/// A launch's matrices as (GGML type, rows), their `k`, and the rows of `x`.
+type Case = (&'static [(u32, usize)], usize, usize);
+
 #[test]
 fn one_launch_equals_one_per_weight() {
     let device = device();
     let mut rng = Rng(0x6E3F_0001);
     // (GGML type, rows) per matrix, all of k elements, and the rows of x: q, k, v of mixed formats; a
     // K-quant pair. (Every case is a shader compile per layout and feature set on lavapipe.)
-    let groups: [(&[(u32, usize)], usize, usize); 2] = [
+    let groups: [Case; 2] = [
         (&[(3, 130), (3, 33), (8, 47)], 96, 1),
         (&[(12, 70), (14, 129)], 512, 3),
     ];

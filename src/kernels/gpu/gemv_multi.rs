@@ -187,10 +187,17 @@ pub fn matmul_group(
         })
         .collect();
     let three = ws.len() == 3;
-    // The absent third matrix: the first one's buffers again, never reached (`three` is false).
+    // The absent third matrix, never reached (`three` is false): the first weight again (read-only
+    // twice is one usage) and a one-element output of its own. Not the first output again: where
+    // cubecl gives each allocation its own buffer (wasm), it declares a buffer the shader never
+    // writes read-only, and WebGPU refuses a buffer bound read-write and read-only in one dispatch.
+    let spare;
     let (w2, y2, p2) = match three {
         true => (ws[2], &outs[2], plans[2]),
-        false => (ws[0], &outs[0], plans[0]),
+        false => {
+            spare = empty_device_dtype(x.client.clone(), x.device.clone(), Shape::new([1]), DType::F32);
+            (ws[0], &spare, plans[0])
+        }
     };
     let weights =
         |w: &GpuWeight| unsafe { BufferArg::from_raw_parts(w.parts[0].handle.clone(), w.parts[0].words) };
