@@ -53,23 +53,33 @@ test('demo app: load, streamed chat, stop, settings error, completions with logp
     assert.ok(await page.isChecked('[data-testid=set-stream]'));
     assert.ok(await page.isChecked('[data-testid=set-include_usage]'));
 
-    // --- Ask; the answer streams in (its text grows across observations before it completes).
+    // --- Ask; the answer streams in (its text grows across observations before it completes). The page
+    // records every length the streaming answer shows (a MutationObserver, so a fast machine that writes
+    // the whole answer between two polls of this test is still seen chunk by chunk).
+    await page.evaluate(() => {
+      window.kilnTestLengths = [];
+      new MutationObserver(() => {
+        const all = document.querySelectorAll('[data-testid=assistant-message]');
+        const li = all[all.length - 1];
+        if (!li || li.dataset.status !== 'streaming') return;
+        const n = li.querySelector('.markdown')?.textContent.length ?? 0;
+        if (n && n !== window.kilnTestLengths.at(-1)) window.kilnTestLengths.push(n);
+      }).observe(document.body, { subtree: true, childList: true, characterData: true });
+    });
     await page.fill('[data-testid=chat-input]', 'What is the capital of France?');
     await page.press('[data-testid=chat-input]', 'Enter');
     const answer = page.locator('[data-testid=assistant-message]').last();
     await answer.waitFor({ timeout: 10_000 });
     assert.ok(await page.isVisible('[data-testid=stop]'), why('the stop button shows while generating'));
-    const lengths = [];
     let status;
     const askedAt = Date.now();
     for (;;) {
-      const seen = await answer.evaluate((li) => ({ status: li.dataset.status, text: li.querySelector('.markdown').textContent }));
-      status = seen.status;
+      status = await answer.getAttribute('data-status');
       if (status !== 'streaming') break;
-      if (seen.text.length && seen.text.length !== lengths.at(-1)) lengths.push(seen.text.length);
       assert.ok(Date.now() - askedAt < 240_000, why('the answer did not finish within 4 minutes'));
       await sleep(100);
     }
+    const lengths = await page.evaluate(() => window.kilnTestLengths);
     const text = await answer.locator('.markdown').textContent();
     t.diagnostic(`answer in ${((Date.now() - askedAt) / 1000).toFixed(1)} s: ${JSON.stringify(text)}; lengths while streaming: ${lengths}`);
     assert.equal(status, 'done', why(`answer ended as ${status}: ${await answer.textContent()}`));
