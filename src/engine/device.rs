@@ -211,6 +211,7 @@ pub async fn gpu() -> Result<Gpu, DeviceError> {
         };
         let (device, setup) = Device::wgpu_options()
             .device_kind(selector)
+            .tasks_max(tasks_per_submit())
             .init_with_setup_async()
             .await
             .map_err(|e| DeviceError::Unavailable(e.to_string()))?;
@@ -243,6 +244,7 @@ pub async fn gpu() -> Result<Gpu, DeviceError> {
         }
         let (device, setup) = Device::wgpu_options()
             .device_kind(Selector::DefaultDevice)
+            .tasks_max(tasks_per_submit())
             .init_with_setup()
             .map_err(|e| DeviceError::Unavailable(e.to_string()))?;
         let subgroups = match has_subgroups(&setup) && env_flag("KILN_SUBGROUPS") != Some(false) {
@@ -259,6 +261,27 @@ pub async fn gpu() -> Result<Gpu, DeviceError> {
 }
 
 /// Whether the adapter offers subgroup operations (and cubecl asked for them: it requests every feature).
+/// Kernel launches cubecl records into one command buffer before it submits it (cubecl's default is 32).
+/// A fused decode step is `8 × layers + 5` launches (245 for SmolLM2's 30 layers, 261 for 32 layers) and
+/// ends in a read, which submits what is queued; with 512 a step is one submission instead of eight
+/// (issue 16: one submission per token). Natively `CUBECL_WGPU_MAX_TASKS` overrides it, for comparisons.
+#[cfg(feature = "webgpu")]
+const TASKS_PER_SUBMIT: usize = 512;
+
+/// [`TASKS_PER_SUBMIT`], or natively a positive `CUBECL_WGPU_MAX_TASKS`.
+#[cfg(feature = "webgpu")]
+fn tasks_per_submit() -> usize {
+    #[cfg(not(target_family = "wasm"))]
+    if let Some(n) = std::env::var("CUBECL_WGPU_MAX_TASKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+    {
+        return n;
+    }
+    TASKS_PER_SUBMIT
+}
+
 #[cfg(feature = "webgpu")]
 fn has_subgroups(setup: &WgpuSetup) -> bool {
     setup.adapter.features().contains(wgpu::Features::SUBGROUP)
