@@ -14,7 +14,7 @@
 
 use burn::tensor::Device;
 #[cfg(feature = "webgpu")]
-use burn::tensor::wgpu::{WgpuSetup, wgpu};
+use burn::tensor::wgpu::{WgpuOptions, WgpuSetup, wgpu};
 use serde::Serialize;
 
 #[cfg(feature = "webgpu")]
@@ -209,9 +209,7 @@ pub async fn gpu() -> Result<Gpu, DeviceError> {
             0 => Selector::DefaultDevice,
             n => Selector::DiscreteGpu(n - 1),
         };
-        let (device, setup) = Device::wgpu_options()
-            .device_kind(selector)
-            .tasks_max(tasks_per_submit())
+        let (device, setup) = batched(Device::wgpu_options().device_kind(selector))
             .init_with_setup_async()
             .await
             .map_err(|e| DeviceError::Unavailable(e.to_string()))?;
@@ -242,9 +240,7 @@ pub async fn gpu() -> Result<Gpu, DeviceError> {
                     .into(),
             ));
         }
-        let (device, setup) = Device::wgpu_options()
-            .device_kind(Selector::DefaultDevice)
-            .tasks_max(tasks_per_submit())
+        let (device, setup) = batched(Device::wgpu_options().device_kind(Selector::DefaultDevice))
             .init_with_setup()
             .map_err(|e| DeviceError::Unavailable(e.to_string()))?;
         let subgroups = match has_subgroups(&setup) && env_flag("KILN_SUBGROUPS") != Some(false) {
@@ -260,28 +256,24 @@ pub async fn gpu() -> Result<Gpu, DeviceError> {
     }
 }
 
-/// Whether the adapter offers subgroup operations (and cubecl asked for them: it requests every feature).
 /// Kernel launches cubecl records into one command buffer before it submits it (cubecl's default is 32).
 /// A fused decode step is `8 × layers + 5` launches (245 for SmolLM2's 30 layers, 261 for 32 layers) and
 /// ends in a read, which submits what is queued; with 512 a step is one submission instead of eight
-/// (issue 16: one submission per token). Natively `CUBECL_WGPU_MAX_TASKS` overrides it, for comparisons.
+/// (issue 16: one submission per token).
 #[cfg(feature = "webgpu")]
 const TASKS_PER_SUBMIT: usize = 512;
 
-/// [`TASKS_PER_SUBMIT`], or natively a positive `CUBECL_WGPU_MAX_TASKS`.
+/// `options` with [`TASKS_PER_SUBMIT`], unless `CUBECL_WGPU_MAX_TASKS` is set (natively, for comparisons):
+/// then cubecl reads and checks it itself.
 #[cfg(feature = "webgpu")]
-fn tasks_per_submit() -> usize {
-    #[cfg(not(target_family = "wasm"))]
-    if let Some(n) = std::env::var("CUBECL_WGPU_MAX_TASKS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&n| n > 0)
-    {
-        return n;
+fn batched(options: WgpuOptions) -> WgpuOptions {
+    match std::env::var_os("CUBECL_WGPU_MAX_TASKS") {
+        Some(_) => options,
+        None => options.tasks_max(TASKS_PER_SUBMIT),
     }
-    TASKS_PER_SUBMIT
 }
 
+/// Whether the adapter offers subgroup operations (and cubecl asked for them: it requests every feature).
 #[cfg(feature = "webgpu")]
 fn has_subgroups(setup: &WgpuSetup) -> bool {
     setup.adapter.features().contains(wgpu::Features::SUBGROUP)
