@@ -310,7 +310,11 @@ test('the Service Worker serves the origin\'s /v1 to two tabs with one model, an
     await cdp.send('ServiceWorker.stopAllWorkers');
     assert.deepEqual(await second.evaluate(() => globalThis.loads), []);
     assert.deepEqual(await ask(second, false), a);
-    assert.ok((await second.evaluate(() => globalThis.loads)).includes('upload'), 'the restarted worker loaded the model again');
+    // The worker's progress messages and its response travel separately: the broadcast of the load may reach
+    // the page after the answer does (CI saw exactly that), so wait for it rather than read it at once.
+    const reloaded = await second.waitForFunction(() => globalThis.loads.includes('upload'), null, { timeout: 15000 })
+      .then(() => true, () => false);
+    assert.ok(reloaded, `the restarted worker loaded the model again (progress seen: ${JSON.stringify(await second.evaluate(() => globalThis.loads))})`);
     await context.close();
   } finally {
     await browser.close();
