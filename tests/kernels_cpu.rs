@@ -440,6 +440,54 @@ fn model_shapes() {
     }
 }
 
+/// A decode step's products of one input in one team run (a layer's q, k, v and its gate, up: weights of
+/// different heights and, in mixed GGUF files, different types) give each product's one-thread result bit
+/// for bit, on 2 to 4 threads, and again when the helpers stay on between runs.
+#[test]
+fn many_products_of_one_input_equal_one_thread() {
+    let mut rng = Rng(11);
+    let k = 2 * 256;
+    let shapes = [
+        (GgmlType::Q4_1, 576),
+        (GgmlType::Q8_0, 192),
+        (GgmlType::Q4_K, 197),
+        (GgmlType::Q6_K, 1536),
+        (GgmlType::F16, 7),
+    ];
+    let weights: Vec<Vec<u8>> = shapes
+        .iter()
+        .map(|&(ty, n)| quantized_weights(ty, n, k, &mut rng))
+        .collect();
+    let parts: Vec<cpu::split::Part<'_>> = shapes
+        .iter()
+        .zip(&weights)
+        .map(|(&(ty, n), w)| cpu::split::Part { ty, w, n })
+        .collect();
+    let x = random_x(1, k, &mut rng);
+    let one: Vec<Vec<f32>> = parts
+        .iter()
+        .map(|p| cpu::matmul(p.ty, p.w, p.n, k, &x, 1))
+        .collect();
+    assert_eq!(
+        cpu::matmul_many(&parts, k, &x, 1),
+        one,
+        "matmul_many on the build's own threads"
+    );
+    for threads in 2..=4 {
+        for _ in 0..3 {
+            let many = cpu::split::matmul_many_split(&parts, k, &x, threads);
+            for ((p, a), b) in parts.iter().zip(&one).zip(&many) {
+                let same = a.len() == b.len() && a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(
+                    same,
+                    "{:?} n={} in one run on {threads} threads differs from one thread",
+                    p.ty, p.n
+                );
+            }
+        }
+    }
+}
+
 /// The threaded build's split products (`cpu::split`: ranges of weight rows on the calling thread and the
 /// team's helpers, real threads here) equal the one-thread kernels bit for bit: each output is computed by
 /// the same kernel on the same rows, whichever thread runs its range. Decode (m = 1, written in place) and

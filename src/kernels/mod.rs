@@ -136,6 +136,29 @@ impl QuantWeight {
         }
     }
 
+    /// `x: [m, k]` → `x · W_jᵀ: [m, n_j]` for each of `weights`, all `k` wide and in host memory (the CPU
+    /// backend's): [`cpu::matmul_many`], which runs a decode step's products in one run of the threaded
+    /// build's team. `None` when a weight is elsewhere (on a wgpu device) or of another width.
+    pub fn matmul_many(weights: &[&QuantWeight], x: Tensor<2>) -> Option<Vec<Tensor<2>>> {
+        let [m, k] = x.dims();
+        let parts = weights
+            .iter()
+            .map(|w| match &w.store {
+                Store::Host(bytes) if w.k == k => Some(cpu::split::Part {
+                    ty: w.ty,
+                    w: bytes,
+                    n: w.n,
+                }),
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()?;
+        let ys = with_flex_values(x, |values| cpu::matmul_many(&parts, k, values, m));
+        let tensors = ys.into_iter().zip(weights).map(|(y, w)| {
+            Tensor::from_primitive::<Flex>(FlexTensor::from_data(TensorData::new(y, [m, w.n])))
+        });
+        Some(tensors.collect())
+    }
+
     /// The weight on its wgpu device, if it is there (not in host memory for the CPU kernels).
     #[cfg(feature = "webgpu")]
     pub fn gpu(&self) -> Option<&gpu::GpuWeight> {

@@ -115,6 +115,20 @@ pub fn matmul(ty: GgmlType, w: &[u8], n: usize, k: usize, x: &[f32], m: usize) -
     y
 }
 
+/// [`matmul`] of each weight of `parts` (all `k` wide) by the same `x` (`m × k`). In the threaded build a
+/// decode step's products (`m = 1`) run in one team run ([`split::matmul_many`]); otherwise, and for
+/// prefill, one [`matmul`] after another. Either way each result is [`matmul`]'s, bit for bit.
+pub fn matmul_many(parts: &[split::Part<'_>], k: usize, x: &[f32], m: usize) -> Vec<Vec<f32>> {
+    #[cfg(feature = "threads")]
+    if m == 1
+        && x.len() == k
+        && let Some(ys) = split::matmul_many(parts, k, x)
+    {
+        return ys;
+    }
+    parts.iter().map(|p| matmul(p.ty, p.w, p.n, k, x, m)).collect()
+}
+
 /// The activations the kernels of `ty` read for `m` rows of `x` (`m × k`): quantized to 16 bits for the
 /// decode path of the quantized formats, else `x` as it is ([`act::Prepared`]).
 pub fn prepare(ty: GgmlType, x: &[f32], m: usize, k: usize) -> act::Prepared {

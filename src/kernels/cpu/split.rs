@@ -162,8 +162,76 @@ pub fn matmul_split(
     y
 }
 
+/// One weight of a [`matmul_many`]: `n` rows of `k` elements of `ty`, in its GGML blocks.
+#[derive(Debug, Clone, Copy)]
+pub struct Part<'a> {
+    pub ty: GgmlType,
+    pub w: &'a [u8],
+    pub n: usize,
+}
+
+/// `x · W_jᵀ` for each weight `W_j` of `parts` and one activation row `x` (`1 × k`): the products of a
+/// decode step that share their input (a layer's q, k and v, its gate and up), as [`super::matmul`] of
+/// each, bit for bit, but all of their ranges in one team run. The team waits for its slowest piece once
+/// per run, so one run for three products waits once instead of three times, and the combined run has
+/// more ranges to balance between a fast and a slow thread. Each weight is cut as [`range_rows`] cuts it
+/// alone (one range when it is too small to split). `None` when no weight would be split (a pool of one,
+/// or products too small to share): run them one by one.
+pub fn matmul_many(parts: &[Part<'_>], k: usize, x: &[f32]) -> Option<Vec<Vec<f32>>> {
+    let threads = threads();
+    let rows: Vec<Option<usize>> = parts.iter().map(|p| range_rows(threads, p.n, k, 1)).collect();
+    if k == 0 || rows.iter().all(Option::is_none) {
+        return None;
+    }
+    let rows = |j: usize| rows[j].unwrap_or(parts[j].n);
+    Some(many(parts, k, x, threads - 1, &rows))
+}
+
+/// [`matmul_many`] cut into ranges for `threads` threads whether or not the products are large enough to
+/// be worth it (as [`matmul_split`] cuts one product): for the tests, which compare it bit for bit with
+/// the one-thread kernels.
+pub fn matmul_many_split(parts: &[Part<'_>], k: usize, x: &[f32], threads: usize) -> Vec<Vec<f32>> {
+    if k == 0 {
+        return parts.iter().map(|p| vec![0.0; p.n]).collect();
+    }
+    let rows = |j: usize| parts[j].n.div_ceil(threads.max(2) * DECODE_RANGES_PER_THREAD);
+    many(parts, k, x, threads.saturating_sub(1), &rows)
+}
+
+/// The products of `parts` on one row `x` in ranges of `rows(j)` weight rows of part `j`, every range of
+/// every part shared by the calling thread and up to `helpers` helpers in one [`team::run`].
+fn many(
+    parts: &[Part<'_>],
+    k: usize,
+    x: &[f32],
+    helpers: usize,
+    rows: &dyn Fn(usize) -> usize,
+) -> Vec<Vec<f32>> {
+    // Quantized once per weight (formats differ in what they read), before the team starts.
+    let acts: Vec<_> = parts.iter().map(|p| super::prepare(p.ty, x, 1, k)).collect();
+    let mut ys: Vec<Vec<f32>> = parts.iter().map(|p| vec![0.0; p.n]).collect();
+    // (part, first row, rows) of every range, part by part.
+    let mut ranges = Vec::new();
+    for (j, p) in parts.iter().enumerate() {
+        let step = rows(j).max(1);
+        ranges.extend((0..p.n).step_by(step).map(|r0| (j, r0, step.min(p.n - r0))));
+    }
+    let outs: Vec<Disjoint> = ys.iter_mut().map(|y| Disjoint(y.as_mut_ptr())).collect();
+    team::run(ranges.len(), helpers, &|i| {
+        let (j, r0, n) = ranges[i];
+        let p = parts[j];
+        let row_bytes = k / p.ty.block_elems() * p.ty.block_bytes();
+        // SAFETY: range i is ys[j][r0 .. r0 + n], within ys[j] (p.n elements) and disjoint from every other
+        // range; the team runs each range once, and `ys` outlives `run`.
+        let out = unsafe { std::slice::from_raw_parts_mut(outs[j].at(r0), n) };
+        let w = &p.w[r0 * row_bytes..(r0 + n) * row_bytes];
+        super::one_thread(p.ty, w, n, k, x, &acts[j], 1, out);
+    });
+    ys
+}
+
 /// An output's base pointer, shared by the team's threads, each writing its own disjoint range (a split
-/// product's `y` here, the outputs of [`super::activation::gated`], [`super::rows`] and [`super::attention`]).
+/// product's `y` here and those of [`matmul_many`], the outputs of [`super::activation::gated`], [`super::rows`] and [`super::attention`]).
 pub(super) struct Disjoint(pub(super) *mut f32);
 // SAFETY: the ranges written through it are disjoint (see `matmul`, `activation::gated`, `rows`, `attention`).
 unsafe impl Sync for Disjoint {}

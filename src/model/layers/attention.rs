@@ -105,7 +105,10 @@ impl Attention {
         let [b, s, _] = x.dims();
         let (heads, kv, d) = (c.num_heads, c.num_kv_heads, c.head_dim);
         let (q, k, v) = match &self.qkv {
-            Qkv::Split { q, k, v } => (q.forward(x.clone()), k.forward(x.clone()), v.forward(x)),
+            Qkv::Split { q, k, v } => {
+                let [q, k, v] = Linear::forward_many([q, k, v], x);
+                (q, k, v)
+            }
             Qkv::Fused(l) => {
                 let y = l.forward(x);
                 (

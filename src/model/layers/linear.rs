@@ -104,6 +104,35 @@ impl Linear {
             None => y,
         }
     }
+
+    /// [`Linear::forward`] of each of `linears` on the same `x: [b, s, in]`: on the CPU backend with every
+    /// weight quantized, one [`QuantWeight::matmul_many`] (a decode step's products in one run of the
+    /// threaded build's team), else one forward after another. The results are the same either way.
+    pub fn forward_many<const N: usize>(linears: [&Linear; N], x: Tensor<3>) -> [Tensor<3>; N] {
+        let [b, s, n] = x.dims();
+        let quant: Option<Vec<&QuantWeight>> = linears
+            .iter()
+            .map(|l| match &l.weight {
+                Matrix::Quant(q) => Some(q),
+                Matrix::Dense(_) => None,
+            })
+            .collect();
+        let mut ys: Vec<Option<Tensor<2>>> = quant
+            .and_then(|ws| QuantWeight::matmul_many(&ws, x.clone().reshape([b * s, n])))
+            .map_or_else(Vec::new, |ys| ys.into_iter().map(Some).collect());
+        std::array::from_fn(|i| {
+            let l = linears[i];
+            let Some(y) = ys.get_mut(i).and_then(Option::take) else {
+                return l.forward(x.clone());
+            };
+            let [out, _] = l.weight.dims();
+            let y = y.reshape([b, s, out]);
+            match &l.bias {
+                Some(bias) => y + bias.clone().unsqueeze::<3>(),
+                None => y,
+            }
+        })
+    }
 }
 
 impl Linear {

@@ -32,7 +32,10 @@ impl Mlp {
     /// `x: [b, s, h]` → `[b, s, h]`.
     pub fn forward(&self, x: Tensor<3>, act: Act) -> Tensor<3> {
         let (gate, up) = match &self.gate_up {
-            GateUp::Split { gate, up } => (gate.forward(x.clone()), up.forward(x)),
+            GateUp::Split { gate, up } => {
+                let [gate, up] = Linear::forward_many([gate, up], x);
+                (gate, up)
+            }
             GateUp::Fused(l) => {
                 let y = l.forward(x);
                 let i = y.dims()[2] / 2;
