@@ -107,6 +107,31 @@ async fn golden_models_on_cpu_in_wasm() {
     }
 }
 
+/// Prompt chunks in Chromium on WebGPU and on the CPU backend in wasm32: ids mixed with embedding rows
+/// equal the same prompt as ids bit for bit, and a bidirectional span gives the same logits on both
+/// devices within the golden tolerance (Llama; Gemma 3, whose window of 5 the span crosses).
+#[wasm_bindgen_test]
+async fn prompt_chunks_on_webgpu_and_cpu() {
+    let gpu = device::gpu().await.expect("a WebGPU adapter");
+    let (cpu, _) = device::cpu();
+    for f in golden::fixtures()
+        .iter()
+        .filter(|f| ["llama", "gemma3"].contains(&f.name))
+    {
+        golden::mixed_chunks_equal_ids(f, &gpu.device).await;
+        golden::mixed_chunks_equal_ids(f, &cpu).await;
+        let (on_gpu, _) = golden::bidirectional_logits(f, &gpu.device).await;
+        let (on_cpu, _) = golden::bidirectional_logits(f, &cpu).await;
+        let diff = golden::max_abs_diff(&on_gpu, &on_cpu);
+        console_log!("{}: a bidirectional span, WebGPU vs CPU: {diff:e}", f.name);
+        assert!(
+            diff <= golden::LOGITS_TOLERANCE,
+            "{}: WebGPU vs CPU {diff}",
+            f.name
+        );
+    }
+}
+
 mod real;
 
 mod quant_kernels;

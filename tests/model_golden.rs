@@ -222,3 +222,110 @@ fn extra_tensor_is_an_error() {
         "{e}"
     );
 }
+
+/// A prompt of mixed chunks (ids and embedding rows of ids) gives exactly the logits and cache of the same
+/// prompt as ids, on the CPU backend and on native wgpu (the generic prefill path; the fused step after).
+#[test]
+fn mixed_chunks_equal_ids_on_flex_and_wgpu() {
+    let gpu = pollster::block_on(kiln::engine::device::gpu()).expect("a wgpu adapter");
+    for f in fixtures() {
+        pollster::block_on(golden::mixed_chunks_equal_ids(&f, &Device::flex()));
+        pollster::block_on(golden::mixed_chunks_equal_ids(&f, &gpu.device));
+    }
+}
+
+/// A bidirectional span (positions 3..9) through every family: the CPU kernel's index ranges and the
+/// generic path's additive mask (wgpu) agree within the golden tolerance, one prefill equals the span run
+/// after a cached prefix, positions before the span keep their causal logits, and the span's positions
+/// do not (the mask is applied: every golden model's logits move by more than 1e-2 there).
+#[test]
+fn a_bidirectional_span_is_the_same_mask_on_every_path() {
+    let gpu = pollster::block_on(kiln::engine::device::gpu()).expect("a wgpu adapter");
+    for f in fixtures() {
+        let v = ModelConfig::from_json(f.config).expect("config").vocab_size;
+        let (flex, flex_two) = pollster::block_on(golden::bidirectional_logits(&f, &Device::flex()));
+        let (wgpu, wgpu_two) = pollster::block_on(golden::bidirectional_logits(&f, &gpu.device));
+        let causal = pollster::block_on(golden::causal_logits(&f, &Device::flex()));
+        let d = golden::max_abs_diff;
+        eprintln!(
+            "{}: flex vs wgpu {:e}, one vs two prefills {:e} / {:e}, span vs causal {:e}",
+            f.name,
+            d(&flex, &wgpu),
+            d(&flex, &flex_two),
+            d(&wgpu, &wgpu_two),
+            d(&flex[3 * v..9 * v], &causal[3 * v..9 * v])
+        );
+        assert!(
+            d(&flex, &wgpu) <= golden::LOGITS_TOLERANCE,
+            "{}: flex vs wgpu",
+            f.name
+        );
+        assert!(d(&flex, &flex_two) <= 1e-4, "{}: flex, after a prefix", f.name);
+        assert!(d(&wgpu, &wgpu_two) <= 1e-4, "{}: wgpu, after a prefix", f.name);
+        assert!(
+            d(&flex[..3 * v], &causal[..3 * v]) <= 1e-4,
+            "{}: before the span",
+            f.name
+        );
+        assert!(
+            d(&flex[3 * v..9 * v], &causal[3 * v..9 * v]) > 1e-2,
+            "{}: the span is causal",
+            f.name
+        );
+    }
+}
+
+/// Chunks the decoder cannot run are errors naming what is wrong, not panics.
+#[test]
+fn bad_chunks_are_refused() {
+    use kiln::model::{Attend, Chunk, ForwardError};
+    let f = &fixtures()[0];
+    let (decoder, golden) = golden::load(f, &Device::flex());
+    let h = decoder.config.hidden_size;
+    let narrow = burn::tensor::Tensor::<2>::zeros([2, h + 1], &Device::flex());
+    let mut cache = decoder.new_cache(1, 16);
+    let e = decoder
+        .prefill(
+            &[
+                Chunk::Ids(&golden.prompt_ids[..2]),
+                Chunk::Rows {
+                    rows: &narrow,
+                    attend: Attend::Causal,
+                },
+            ],
+            &mut cache,
+            false,
+        )
+        .expect_err("rows of another width");
+    assert_eq!(
+        e,
+        ForwardError::Rows {
+            got: vec![2, h + 1],
+            hidden: h
+        }
+    );
+    assert!(e.to_string().contains(&format!("[n, {h}]")), "{e}");
+    let rows = decoder.embeddings(&golden.prompt_ids[..4]).expect("rows");
+    let e = decoder
+        .prefill(
+            &[Chunk::Rows {
+                rows: &rows,
+                attend: Attend::Bidirectional,
+            }],
+            &mut decoder.new_cache(1, 3),
+            false,
+        )
+        .expect_err("past the cache");
+    assert_eq!(
+        e,
+        ForwardError::CacheFull {
+            capacity: 3,
+            needed: 4
+        }
+    );
+    assert_eq!(cache.len, 0, "a refused prefill appends nothing");
+    let e = decoder
+        .embeddings(&[u32::MAX])
+        .expect_err("not in the vocabulary");
+    assert!(matches!(e, ForwardError::Token { .. }), "{e}");
+}

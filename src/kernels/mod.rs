@@ -22,6 +22,7 @@
 pub mod cpu;
 #[cfg(feature = "webgpu")]
 pub mod gpu;
+pub mod mask;
 pub mod reference;
 
 use std::sync::Arc;
@@ -296,8 +297,8 @@ pub fn rope(x: &Tensor<4>, cos: &Tensor<4>, sin: &Tensor<4>) -> Option<Tensor<4>
     )))
 }
 
-/// Causal attention of `q` (`[b, H, s, d]`, the last `s` of `t` positions) over `keys`, `values` (`[b, K,
-/// t, d]`, `K` dividing `H`) on the CPU backend ([`cpu::attention`]: the masks as index ranges, GQA read in
+/// Attention of `q` (`[b, H, s, d]`, the last `s` of `t` positions) over `keys`, `values` (`[b, K, t, d]`,
+/// `K` dividing `H`) under `mask` on the CPU backend ([`cpu::attention`]: the mask as index ranges, GQA read in
 /// place, split across threads in the `threads` build): `[b, s, H·d]`. `None` on any other device, whose
 /// caller takes burn's ops.
 pub fn attention(
@@ -306,7 +307,7 @@ pub fn attention(
     values: &Tensor<4>,
     scale: f64,
     softcap: Option<f64>,
-    window: Option<usize>,
+    mask: mask::Mask<'_>,
 ) -> Option<Tensor<3>> {
     if !matches!(q.device().as_dispatch(), DispatchDevice::Flex(_)) {
         return None;
@@ -321,11 +322,10 @@ pub fn attention(
         d,
         scale: scale as f32,
         softcap: softcap.map(|c| c as f32),
-        window,
     };
     let out = with_flex_heads(q, |q| {
         with_flex_heads(keys, |k| {
-            with_flex_heads(values, |v| cpu::attention::attention(q, k, v, dims))
+            with_flex_heads(values, |v| cpu::attention::attention(q, k, v, dims, mask))
         })
     });
     let out = FlexTensor::from_data(TensorData::new(out, [b, s, heads * d]));

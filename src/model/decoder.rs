@@ -1,7 +1,9 @@
 //! The decoder of every supported family: embeddings, one [`Block`] per layer in its family's shape (see
 //! `model::arch`), the final norm and the `lm_head`, parameterised by a resolved [`ModelConfig`]. Weight
 //! matrices stay in the checkpoint's quantized blocks where the device has a kernel for them ([`Matrix`]);
-//! the KV cache grows as positions are appended ([`KvCache`]).
+//! the KV cache grows as positions are appended ([`KvCache`]). A batch of token ids runs through
+//! [`Decoder::forward`] (decode steps; the fused wgpu step for one position), a prompt of chunks — ids and
+//! embedding rows, causal or bidirectional ([`super::input`]) — through [`Decoder::prefill`].
 //!
 //! Shapes: `b` batch, `s` new positions, `t` cached + new positions, `h` hidden size, `V` vocabulary.
 
@@ -11,12 +13,14 @@ use burn::tensor::{Device, Tensor};
 
 use super::arch::Block;
 use super::config::ModelConfig;
+use super::input::{self, Chunk};
 use super::layers::attention::Positions;
 use super::layers::kv_cache::KvCache;
 use super::layers::linear::Matrix;
 use super::layers::norm::rms_norm;
 use super::layers::rope::RopeTable;
 use super::placed::{Placing, Tensors};
+use crate::kernels::mask::{Mask, SpanError};
 use crate::loader::{LoadError, Weights};
 
 /// The decoder's weights on a device.
@@ -81,6 +85,12 @@ pub enum ForwardError {
     Token { id: u32, vocab: usize },
     #[error("a batch needs rows of equal, non-zero length")]
     Ragged,
+    #[error("a prompt chunk of embedding rows is {got:?}; the model takes [n, {hidden}] with n > 0")]
+    Rows { got: Vec<usize>, hidden: usize },
+    #[error("a prompt chunk of embedding rows is on another device than the model")]
+    RowsDevice,
+    #[error(transparent)]
+    Span(#[from] SpanError),
 }
 
 impl Decoder {
@@ -220,45 +230,136 @@ impl Decoder {
         cache: &mut KvCache,
         all_positions: bool,
     ) -> Result<Tensor<3>, ForwardError> {
-        let c = &self.config;
         let (b, s) = (tokens.len(), tokens.first().map_or(0, Vec::len));
         if s == 0 || b != cache.batch() || tokens.iter().any(|row| row.len() != s) {
             return Err(ForwardError::Ragged);
         }
-        if let Some(&id) = tokens.iter().flatten().find(|&&id| id as usize >= c.vocab_size) {
-            return Err(ForwardError::Token {
-                id,
-                vocab: c.vocab_size,
-            });
+        self.check_ids(tokens.iter().flatten())?;
+        self.check_room(cache, s)?;
+        #[cfg(feature = "webgpu")]
+        if s == 1 && self.fused {
+            return Ok(self.step(tokens, cache));
         }
-        let (pos, t) = (cache.len, cache.len + s);
+        let x = self.embed(tokens);
+        Ok(self.run(x, Vec::new(), cache, all_positions))
+    }
+
+    /// Runs a prompt of `chunks` (one sequence: `cache` of batch 1) after what `cache` holds, appending
+    /// to it: ids embedded as [`Decoder::forward`] embeds them, embedding rows placed as they are, each
+    /// bidirectional chunk's rows seeing each other in every layer. Logits as [`Decoder::forward`]'s
+    /// (`b` = 1). A prompt of ids only is [`Decoder::forward`] of them, to the bit.
+    pub fn prefill(
+        &self,
+        chunks: &[Chunk<'_>],
+        cache: &mut KvCache,
+        all_positions: bool,
+    ) -> Result<Tensor<3>, ForwardError> {
+        if let Some(ids) = input::all_ids(chunks) {
+            return self.forward(&[ids], cache, all_positions);
+        }
+        let h = self.config.hidden_size;
+        let s: usize = chunks.iter().map(Chunk::len).sum();
+        if s == 0 || cache.batch() != 1 {
+            return Err(ForwardError::Ragged);
+        }
+        for c in chunks {
+            match c {
+                Chunk::Ids(ids) => self.check_ids(ids.iter())?,
+                Chunk::Rows { rows, .. } => {
+                    let [n, width] = rows.dims();
+                    if n == 0 || width != h {
+                        return Err(ForwardError::Rows {
+                            got: vec![n, width],
+                            hidden: h,
+                        });
+                    }
+                    if rows.device() != self.device {
+                        return Err(ForwardError::RowsDevice);
+                    }
+                }
+            }
+        }
+        self.check_room(cache, s)?;
+        let spans = input::spans(chunks, cache.len);
+        Mask::check(cache.len, s, &spans)?;
+        let parts: Vec<Tensor<3>> = chunks
+            .iter()
+            .filter(|c| !c.is_empty())
+            .map(|c| match c {
+                Chunk::Ids(ids) => self.embed(&[ids.to_vec()]),
+                Chunk::Rows { rows, .. } => (*rows).clone().unsqueeze::<3>(),
+            })
+            .collect();
+        Ok(self.run(Tensor::cat(parts, 1), spans, cache, all_positions))
+    }
+
+    /// The embedding rows `[n, h]` of `ids` as a forward feeds them to the first layer (scaled where the
+    /// family scales them): a chunk of these rows runs exactly as the ids do.
+    pub fn embeddings(&self, ids: &[u32]) -> Result<Tensor<2>, ForwardError> {
+        self.check_ids(ids.iter())?;
+        Ok(self.embed(&[ids.to_vec()]).squeeze_dim::<2>(0))
+    }
+
+    /// `tokens: [b][s]` → their embedding rows `[b, s, h]`, scaled as the family scales them.
+    pub(super) fn embed(&self, tokens: &[Vec<u32>]) -> Tensor<3> {
+        let x = self.embed.rows(tokens, &self.device);
+        match self.config.embed_scale {
+            Some(scale) => x.mul_scalar(scale as f32),
+            None => x,
+        }
+    }
+
+    fn check_ids<'a>(&self, mut ids: impl Iterator<Item = &'a u32>) -> Result<(), ForwardError> {
+        let vocab = self.config.vocab_size;
+        match ids.find(|&&id| id as usize >= vocab) {
+            Some(&id) => Err(ForwardError::Token { id, vocab }),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether `s` more positions fit the cache and the model's positions.
+    fn check_room(&self, cache: &KvCache, s: usize) -> Result<(), ForwardError> {
+        let t = cache.len + s;
         if t > cache.capacity {
             return Err(ForwardError::CacheFull {
                 capacity: cache.capacity,
                 needed: t,
             });
         }
-        if t > c.max_position_embeddings {
+        if t > self.config.max_position_embeddings {
             return Err(ForwardError::Position(t - 1));
         }
-        #[cfg(feature = "webgpu")]
-        if s == 1 && self.fused {
-            return Ok(self.step(tokens, cache));
-        }
-        let mut x = self.embed.rows(tokens, &self.device); // [b, s, h]
-        if let Some(scale) = c.embed_scale {
-            x = x.mul_scalar(scale as f32);
-        }
-        let at = Positions::new(c, &self.ropes, pos, s, cache.capacity, &self.device);
+        Ok(())
+    }
+
+    /// The layers over `x: [b, s, h]` (checked to fit `cache`) with `spans` attending bidirectionally,
+    /// then the final norm and the `lm_head`: logits as [`Decoder::forward`] returns them.
+    fn run(
+        &self,
+        mut x: Tensor<3>,
+        spans: Vec<std::ops::Range<usize>>,
+        cache: &mut KvCache,
+        all: bool,
+    ) -> Tensor<3> {
+        let c = &self.config;
+        let [b, s, _] = x.dims();
+        let at = Positions::new(
+            c,
+            &self.ropes,
+            (cache.len, s),
+            cache.capacity,
+            spans,
+            &self.device,
+        );
         for (i, block) in self.blocks.iter().enumerate() {
             x = block.forward(x, c, i, cache, &at);
         }
         cache.advance(s);
-        let x = if all_positions { x } else { x.narrow(1, s - 1, 1) };
+        let x = if all { x } else { x.narrow(1, s - 1, 1) };
         let x = rms_norm(x, self.norm.clone(), c.rms_norm_eps);
         let n = x.dims()[1];
         let logits = self.lm_head.matmul(x.reshape([b * n, c.hidden_size]));
-        Ok(self.cap_logits(logits).reshape([b, n, c.vocab_size]))
+        self.cap_logits(logits).reshape([b, n, c.vocab_size])
     }
 
     /// The final logit softcapping of the config, if any: `cap · tanh(logits / cap)`.

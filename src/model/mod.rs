@@ -1,10 +1,11 @@
 //! The decoder: shared layers (`layers`), one file per family (`arch`), the decoder that composes them
-//! (`decoder`, with the fused wgpu decode step in `step`), and the checkpoint tensors it is assembled from
-//! (`placed`). Every function takes tensors on any runtime device.
+//! (`decoder`, with the fused wgpu decode step in `step`), what a prefill runs (`input`: prompt chunks of
+//! ids and embedding rows), and the checkpoint tensors it is assembled from (`placed`). Every function takes tensors on any runtime device.
 
 pub mod arch;
 pub mod config;
 pub mod decoder;
+pub mod input;
 pub mod layers;
 pub mod placed;
 #[cfg(feature = "webgpu")]
@@ -13,6 +14,7 @@ mod step;
 pub use arch::Arch;
 pub use config::{ConfigError, ModelConfig};
 pub use decoder::{Decoder, ForwardError, SelectOnDevice};
+pub use input::{Attend, Chunk};
 pub use layers::kv_cache::KvCache;
 pub use layers::linear::{Linear, Matrix};
 pub use layers::norm::rms_norm;

@@ -151,10 +151,7 @@ impl Decoder {
         let eps = c.rms_norm_eps as f32;
         let pos = cache.len;
         let layers: Vec<_> = self.blocks.iter().filter_map(parts).collect();
-        let mut x = self.embed.rows(tokens, &self.device).reshape([b, h]);
-        if let Some(scale) = c.embed_scale {
-            x = x.mul_scalar(scale as f32);
-        }
+        let mut x = self.embed(tokens).reshape([b, h]);
         let mut hn = fused::rms_norm(x.clone(), layers.first().map_or(&self.norm, |l| l.pre_attn), eps);
         for (i, layer) in layers.iter().enumerate() {
             let [wq, wk, wv, gate, up] = layer.proj;

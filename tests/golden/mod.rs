@@ -7,7 +7,7 @@
 
 use burn::tensor::{Device, Tensor};
 use kiln::loader::{Checkpoint, LoadError, SafetensorsError};
-use kiln::model::{ConfigError, Decoder, ModelConfig};
+use kiln::model::{Attend, Chunk, ConfigError, Decoder, ModelConfig};
 use serde::Deserialize;
 
 /// Logits must match transformers' within this max-abs difference.
@@ -283,4 +283,105 @@ pub async fn reused_prefix_greedy_matches(f: &Fixture, device: &Device, steps: u
             f.name
         );
     }
+}
+
+/// The golden prompt as chunks: ids, embedding rows of ids taken from the model itself
+/// ([`Decoder::embeddings`], causal), ids, rows. Prefilled as chunks it gives exactly (bit for bit) the
+/// logits of every position of the same prompt as ids, and leaves the same cache: the next 8 greedy steps
+/// give the same logits too.
+pub async fn mixed_chunks_equal_ids(f: &Fixture, device: &Device) {
+    let (decoder, golden) = load(f, device);
+    let p = &golden.prompt_ids;
+    assert!(p.len() >= 12, "{}: a prompt of 12 ids", f.name);
+    let rows = |r: std::ops::Range<usize>| decoder.embeddings(&p[r]).expect("embedding rows");
+    let (a, b) = (rows(3..7), rows(9..p.len()));
+    let chunks = [
+        Chunk::Ids(&p[..3]),
+        Chunk::Rows {
+            rows: &a,
+            attend: Attend::Causal,
+        },
+        Chunk::Ids(&p[7..9]),
+        Chunk::Rows {
+            rows: &b,
+            attend: Attend::Causal,
+        },
+    ];
+    let steps = 8;
+    let mut by_ids = decoder.new_cache(1, p.len() + steps);
+    let mut by_chunks = decoder.new_cache(1, p.len() + steps);
+    let want = read(
+        decoder
+            .forward(std::slice::from_ref(p), &mut by_ids, true)
+            .expect("ids"),
+    )
+    .await;
+    let got = read(decoder.prefill(&chunks, &mut by_chunks, true).expect("chunks")).await;
+    assert_eq!(got.len(), want.len(), "{}: logits size", f.name);
+    let same = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+    assert!(
+        same(&got, &want),
+        "{}: chunks differ from ids by {}",
+        f.name,
+        max_abs_diff(&got, &want)
+    );
+    let v = decoder.config.vocab_size;
+    let mut next = argmax(&want[want.len() - v..]);
+    for step in 0..steps {
+        let want = read(decoder.forward(&[vec![next]], &mut by_ids, false).expect("step")).await;
+        let got = read(
+            decoder
+                .forward(&[vec![next]], &mut by_chunks, false)
+                .expect("step"),
+        )
+        .await;
+        assert!(
+            same(&got, &want),
+            "{}: step {step} after the chunks differs",
+            f.name
+        );
+        next = argmax(&want);
+    }
+}
+
+/// The golden prompt with positions 3..9 as one bidirectional chunk (Gemma 3's image tokens: rows taken
+/// from the model's own embeddings), all-position logits `[12 · V]`: in one prefill, or with the first 3
+/// ids run before (the span then starts at a cached position). With the fused step off, so that the KV
+/// cache is f32 on every device (the fused step's f16 cache would round the prefix's keys: measured
+/// 2.6e-3 on the logits on lavapipe, which is that cache's business, not the mask's).
+pub async fn bidirectional_logits(f: &Fixture, device: &Device) -> (Vec<f32>, Vec<f32>) {
+    let (mut decoder, golden) = load(f, device);
+    decoder.set_fused(false);
+    let p = &golden.prompt_ids;
+    let rows = decoder.embeddings(&p[3..9]).expect("embedding rows");
+    let span = Chunk::Rows {
+        rows: &rows,
+        attend: Attend::Bidirectional,
+    };
+    let mut cache = decoder.new_cache(1, p.len());
+    let whole = [Chunk::Ids(&p[..3]), span, Chunk::Ids(&p[9..])];
+    let one = read(decoder.prefill(&whole, &mut cache, true).expect("one prefill")).await;
+    let mut cache = decoder.new_cache(1, p.len());
+    let mut two = read(decoder.prefill(&whole[..1], &mut cache, true).expect("first ids")).await;
+    two.extend(
+        read(
+            decoder
+                .prefill(&whole[1..], &mut cache, true)
+                .expect("after a prefix"),
+        )
+        .await,
+    );
+    (one, two)
+}
+
+/// Causal all-position logits of the golden prompt.
+pub async fn causal_logits(f: &Fixture, device: &Device) -> Vec<f32> {
+    let (decoder, golden) = load(f, device);
+    let mut cache = decoder.new_cache(1, golden.prompt_ids.len());
+    read(
+        decoder
+            .forward(std::slice::from_ref(&golden.prompt_ids), &mut cache, true)
+            .expect("forward"),
+    )
+    .await
 }

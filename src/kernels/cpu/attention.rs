@@ -1,7 +1,8 @@
-//! Causal self-attention over the KV cache on the CPU: `softmax(q · kᵀ · scale [softcapped], masked) · v`
-//! per query head, grouped-query attention read in place (query head `h` reads key-value head
-//! `h / (H / K)`, never a copy per query head), the causal and sliding-window masks applied as index
-//! ranges (no mask tensor, and no product over keys a query cannot see).
+//! Self-attention over the KV cache on the CPU: `softmax(q · kᵀ · scale [softcapped], masked) · v` per
+//! query head, grouped-query attention read in place (query head `h` reads key-value head `h / (H / K)`,
+//! never a copy per query head), the mask ([`crate::kernels::mask`]: causal, sliding window,
+//! bidirectional spans) applied as the index range each query sees (no mask tensor, and no product over
+//! keys no query of a piece can see).
 //!
 //! Work is cut into pieces of one batch row, one query head and up to [`BLOCK`] consecutive queries. A
 //! piece multiplies its queries by the keys they can see with `gemm` (burn-flex's own f32 matmul) into a
@@ -24,6 +25,7 @@ use gemm::{Parallelism, gemm};
 
 use super::activation::{exp, softmax_rows};
 use super::split::Disjoint;
+use crate::kernels::mask::Mask;
 
 /// Queries per piece: a multiple of `gemm`'s micro-kernel heights (12 rows on simd128; 16, 24 or 48
 /// natively), so a piece's score product runs no narrow edge kernel.
@@ -65,19 +67,19 @@ pub struct Dims {
     pub scale: f32,
     /// Logit softcapping of the scores (`cap · tanh(x / cap)`), if any.
     pub softcap: Option<f32>,
-    /// A sliding window: a query at position `p` sees keys `p − w + 1 … p`; `None`: every earlier key.
-    pub window: Option<usize>,
 }
 
-/// The attention of `q` (`[b, H, s, d]`) over `k`, `v` (`[b, K, t, d]`, at least `t` rows each): `[b, s,
-/// H, d]` row-major. Panics if a view reaches past its data (the caller builds them from tensor layouts).
-pub fn attention(q: Heads<'_>, k: Heads<'_>, v: Heads<'_>, dims: Dims) -> Vec<f32> {
+/// The attention of `q` (`[b, H, s, d]`) over `k`, `v` (`[b, K, t, d]`, at least `t` rows each) under
+/// `mask` (of `s` queries over `t` keys): `[b, s, H, d]` row-major. Panics if a view reaches past its data
+/// (the caller builds them from tensor layouts) or the mask is of another size.
+pub fn attention(q: Heads<'_>, k: Heads<'_>, v: Heads<'_>, dims: Dims, mask: Mask<'_>) -> Vec<f32> {
     let Dims { b, heads, s, d, .. } = dims;
     let mut out = vec![0.0f32; b * s * heads * d];
     if out.is_empty() || dims.t == 0 {
         return out;
     }
     assert!(dims.kv_heads > 0 && heads.is_multiple_of(dims.kv_heads) && dims.t >= s);
+    assert!(mask.s == s && mask.t() == dims.t, "a mask of another size");
     for (view, n, rows) in [
         (&q, heads, s),
         (&k, dims.kv_heads, dims.t),
@@ -96,7 +98,7 @@ pub fn attention(q: Heads<'_>, k: Heads<'_>, v: Heads<'_>, dims: Dims) -> Vec<f3
         // The last query block first: it sees the most keys.
         let (block, rest) = (blocks - 1 - p / (b * heads), p % (b * heads));
         let (i, h) = (rest / heads, rest % heads);
-        run_piece(&q, &k, &v, &dims, i, h, block, &dst);
+        run_piece(&q, &k, &v, &dims, &mask, i, h, block, &dst);
     };
     #[cfg(feature = "threads")]
     {
@@ -121,24 +123,23 @@ fn run_piece(
     k: &Heads<'_>,
     v: &Heads<'_>,
     dims: &Dims,
+    mask: &Mask<'_>,
     i: usize,
     h: usize,
     block: usize,
     out: &Disjoint,
 ) {
-    let Dims { heads, s, t, d, .. } = *dims;
+    let Dims { heads, s, d, .. } = *dims;
     let kv = h / (heads / dims.kv_heads);
     let (q0, q1) = (block * BLOCK, (block * BLOCK + BLOCK).min(s));
     let rows = q1 - q0;
-    // Query row r is position pos + r; it sees keys first(r) ..= pos + r.
-    let pos = t - s;
-    let first = |r: usize| dims.window.map_or(0, |w| (pos + r + 1).saturating_sub(w));
-    let (lo, hi) = (first(q0), pos + q1);
-    let cols = hi - lo;
+    // Query row r sees keys mask.keys(r); the piece multiplies by every key one of its rows sees.
+    let seen = mask.keys_of(q0..q1);
+    let (lo, cols) = (seen.start, seen.len());
     let mut scores = vec![0.0f32; rows * cols];
     // SAFETY: dst `rows × cols` row-major in `scores`; lhs `rows × d` from query row q0 with row stride
-    // `q.row` (checked within `q.data` by `attention`); rhs `d × cols` is keys lo..hi read column by
-    // column (column stride `k.row`), within `k.data` as checked.
+    // `q.row` (checked within `q.data` by `attention`); rhs `d × cols` is keys lo..lo + cols (within 0..t,
+    // as the mask's size is checked) read column by column (column stride `k.row`), within `k.data`.
     unsafe {
         gemm(
             rows,
@@ -163,7 +164,8 @@ fn run_piece(
         );
     }
     for (r, row) in scores.chunks_exact_mut(cols).enumerate() {
-        let (a, z) = (first(q0 + r) - lo, pos + q0 + r + 1 - lo);
+        let keys = mask.keys(q0 + r);
+        let (a, z) = (keys.start - lo, keys.end - lo);
         row[..a].fill(0.0);
         row[z..].fill(0.0);
         let seen = &mut row[a..z];
@@ -176,7 +178,7 @@ fn run_piece(
     }
     // SAFETY: dst `rows × d` at output row (i, q0, h) with row stride H·d: inside `[b, s, H, d]`, and only
     // this piece writes head h of these rows; lhs `rows × cols` is `scores`; rhs `cols × d` is values
-    // lo..hi with row stride `v.row`, within `v.data` as checked.
+    // lo..lo + cols (within 0..t) with row stride `v.row`, within `v.data` as checked.
     unsafe {
         gemm(
             rows,

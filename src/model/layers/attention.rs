@@ -1,11 +1,13 @@
 //! Self-attention over the KV cache: q/k/v projections (separate or one fused `qkv_proj`), optional per-head
 //! q/k RMSNorm, rope (or none), grouped-query attention without copying K/V per query head, scores scaled by
-//! the config's factor, optional logit softcapping, causal and sliding-window masks, the output projection.
+//! the config's factor, optional logit softcapping, the mask (causal, sliding window, bidirectional spans:
+//! [`crate::kernels::mask`]), the output projection.
 //!
 //! Shapes: `b` batch, `s` new positions, `t` cached + new positions, `h` hidden size, `H` / `K` query /
 //! key-value heads, `d` head dim.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 
 use burn::backend::DispatchDevice;
 use burn::tensor::{Device, Tensor, TensorData};
@@ -15,6 +17,7 @@ use super::linear::Linear;
 use super::norm::rms_norm;
 use super::rope::{self, RopeTable};
 use crate::kernels;
+use crate::kernels::mask::Mask;
 use crate::model::config::ModelConfig;
 
 /// The q, k and v projections.
@@ -40,8 +43,8 @@ pub struct Attention {
     pub qk_norm: Option<Tensor<1>>,
 }
 
-/// What every layer of one forward shares: the new positions, their rope rows per table, and the masks per
-/// window.
+/// What every layer of one forward shares: the new positions, their rope rows per table, the bidirectional
+/// spans, and the masks per window.
 pub struct Positions {
     /// The first new position.
     pub pos: usize,
@@ -49,45 +52,55 @@ pub struct Positions {
     pub s: usize,
     /// `(cos, sin)` `[1, 1, s, r / 2]` per rope table.
     ropes: Vec<(Tensor<4>, Tensor<4>)>,
-    /// Additive `[1, 1, s, t]` masks by window (`None`: causal only) for burn's ops; absent for one new
-    /// position, which sees every cached key (a window narrows the keys instead), and on the CPU backend.
+    /// Runs of positions whose rows attend to each other (absolute positions, checked by [`Mask::check`]).
+    spans: Vec<Range<usize>>,
+    /// Additive `[1, 1, s, t]` masks by window (`None`: causal only) for burn's ops ([`Mask::additive`]);
+    /// absent for one new position, which sees every cached key (a window narrows the keys instead), and
+    /// on the CPU backend, whose kernel reads [`Positions::mask`] as index ranges.
     masks: BTreeMap<Option<usize>, Tensor<4>>,
 }
 
 impl Positions {
-    /// Positions `pos..pos + s` of a cache of `capacity` positions, under `config`'s layers.
+    /// Positions `pos..pos + s` of a cache of `capacity` positions, under `config`'s layers, with
+    /// `spans` attending bidirectionally (valid for this forward: [`Mask::check`]).
     pub fn new(
         config: &ModelConfig,
         tables: &[RopeTable],
-        pos: usize,
-        s: usize,
+        (pos, s): (usize, usize),
         capacity: usize,
+        spans: Vec<Range<usize>>,
         device: &Device,
     ) -> Self {
         let ropes = tables.iter().map(|t| t.at(pos, s, capacity)).collect();
-        let t = pos + s;
-        let mut masks = BTreeMap::new();
+        let mut at = Self {
+            pos,
+            s,
+            ropes,
+            spans,
+            masks: BTreeMap::new(),
+        };
         // The CPU backend's attention applies the masks as index ranges (`kernels::attention`).
         let generic = !matches!(device.as_dispatch(), DispatchDevice::Flex(_));
         if s > 1 && generic {
             for window in config.layers.iter().map(|l| l.window) {
-                masks.entry(window).or_insert_with(|| {
-                    // Query i (absolute pos + i) sees keys j ≤ pos + i, and within a window w only those with
-                    // pos + i − j < w.
-                    let m: Vec<f32> = (0..s)
-                        .flat_map(|i| {
-                            (0..t).map(move |j| {
-                                let q = pos + i;
-                                let seen = j <= q && window.is_none_or(|w| q - j < w);
-                                if seen { 0.0 } else { f32::NEG_INFINITY }
-                            })
-                        })
-                        .collect();
-                    Tensor::<2>::from_data(TensorData::new(m, [s, t]), device).unsqueeze::<4>()
-                });
+                if !at.masks.contains_key(&window) {
+                    let m = TensorData::new(at.mask(window).additive(), [s, pos + s]);
+                    let m = Tensor::<2>::from_data(m, device).unsqueeze::<4>();
+                    at.masks.insert(window, m);
+                }
             }
         }
-        Self { pos, s, ropes, masks }
+        at
+    }
+
+    /// The keys each new position sees in a layer of `window`.
+    pub fn mask(&self, window: Option<usize>) -> Mask<'_> {
+        Mask {
+            pos: self.pos,
+            s: self.s,
+            window,
+            spans: &self.spans,
+        }
     }
 }
 
@@ -131,19 +144,17 @@ impl Attention {
             k = rope::apply(k, cos, sin);
         }
         let (mut keys, mut values) = cache.append(layer, k, v); // [b, K, t, d]
-        if let Some(attn) = kernels::attention(&q, &keys, &values, c.attn_scale, c.attn_softcap, kind.window)
-        {
+        let mask = at.mask(kind.window);
+        if let Some(attn) = kernels::attention(&q, &keys, &values, c.attn_scale, c.attn_softcap, mask) {
             return self.o.forward(attn);
         }
         let mut t = at.pos + s;
-        if s == 1
-            && let Some(w) = kind.window
-            && t > w
-        {
-            // One query sees the last w positions.
-            keys = keys.narrow(2, t - w, w);
-            values = values.narrow(2, t - w, w);
-            t = w;
+        let seen = mask.keys(0);
+        if s == 1 && seen.len() < t {
+            // One query's keys are one range (the last w positions under a window): narrowed, not masked.
+            keys = keys.narrow(2, seen.start, seen.len());
+            values = values.narrow(2, seen.start, seen.len());
+            t = seen.len();
         }
         let group = heads / kv;
         let expand = |cached: Tensor<4>| {
