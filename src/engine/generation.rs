@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use super::EngineError;
+use super::chunks::{Prompt, Slot};
 use super::detok::{Detokenizer, Matched, StopMatcher};
 use super::prefix_cache::PrefixCache;
 use super::runner::{Readout, Rows, Runner};
@@ -91,7 +92,7 @@ enum Row {
 pub struct Generation {
     decoder: Decoder,
     tokenizer: Arc<ModelTokenizer>,
-    prompt: Vec<u32>,
+    prompt: Prompt,
     params: GenParams,
     runner: Option<Runner>,
     /// Each choice's next-token logits.
@@ -118,10 +119,11 @@ impl Generation {
     pub fn new(
         decoder: Decoder,
         tokenizer: Arc<ModelTokenizer>,
-        prompt: Vec<u32>,
+        prompt: impl Into<Prompt>,
         params: GenParams,
         entropy: u64,
     ) -> Self {
+        let prompt = prompt.into();
         let choices = (0..params.n)
             .map(|i| Choice {
                 sampler: Sampler::new(params.sampling.clone(), i as u64, entropy),
@@ -173,9 +175,9 @@ impl Generation {
             return;
         };
         runner.keep_rows(&[0]);
-        let mut tokens = self.prompt.clone();
-        tokens.extend(&self.choices[first].fed);
-        prefixes.put(tokens, runner.into_cache(), self.source);
+        let mut slots = self.prompt.slots();
+        slots.extend(self.choices[first].fed.iter().map(|&id| Slot::Token(id)));
+        prefixes.put(slots, runner.into_cache(), self.source);
     }
 
     /// Constrains choice `i` of each to `constraints[i]` (one per choice, built for this request).
@@ -210,134 +212,160 @@ impl Generation {
             },
             None => Readout::Full,
         };
-        match &mut self.runner {
-            None => {
-                let capacity = self.prompt.len() + self.params.max_new;
-                let reuse = match (&self.prefixes, self.params.prompt_logprobs) {
-                    (Some(p), false) => p.take(&self.prompt, |kept| {
-                        self.decoder.same_positions(kept.capacity, capacity)
-                    }),
-                    _ => None,
-                };
-                let cache = match reuse {
-                    Some(mut r) => {
-                        r.cache.capacity = capacity;
-                        self.cached = r.cached;
-                        self.source = r.source;
-                        r.cache
-                    }
-                    None => self.decoder.new_cache(1, capacity),
-                };
-                let (mut runner, rows) = Runner::prefill_after(
-                    &self.decoder,
-                    cache,
-                    &self.prompt,
-                    self.params.prompt_logprobs,
-                    readout,
-                )
-                .await?;
-                let last = match rows {
-                    Rows::Full(mut rows) => {
-                        let last = rows.pop().unwrap_or_default();
-                        if self.params.prompt_logprobs {
-                            self.score_prompt(&rows);
-                        }
-                        Row::Raw(last)
-                    }
-                    Rows::Top(mut rows) => Row::Top(rows.pop().ok_or_else(no_row)?),
-                };
-                runner.fork(self.params.n);
-                self.runner = Some(runner);
-                self.rows = (0..self.params.n).map(|_| last.clone()).collect();
-                self.batch = (0..self.params.n).collect();
-            }
-            Some(runner) => {
-                let tokens: Vec<u32> = self.batch.iter().map(|&i| self.choices[i].last).collect();
-                for &i in &self.batch {
-                    let last = self.choices[i].last;
-                    self.choices[i].fed.push(last);
-                }
-                let rows: Vec<Row> = match runner.step(&tokens, readout).await? {
-                    Rows::Full(rows) => rows.into_iter().map(Row::Raw).collect(),
-                    Rows::Top(rows) => rows.into_iter().map(Row::Top).collect(),
-                };
-                for (&i, row) in self.batch.iter().zip(rows) {
-                    self.rows[i] = row;
-                }
-            }
+        match self.runner.is_some() {
+            false => self.prefill(readout).await?,
+            true => self.step(readout).await?,
         }
         let mut picks = self.pick_on_candidates().await?;
         let room = self.runner.as_ref().map_or(0, Runner::room);
         let mut deltas = Vec::new();
-        for (index, (choice, logits)) in self.choices.iter_mut().zip(self.rows.iter_mut()).enumerate() {
-            if choice.done {
+        for (index, picked) in picks.iter_mut().enumerate() {
+            if self.choices[index].done {
                 continue;
             }
-            let k = self.params.logprobs;
-            let picked = match (picks[index].take(), logits, &mut choice.constraint) {
-                (Some(picked), _, _) => picked,
-                (None, Row::Raw(logits), None) => choice.sampler.sample(logits, k),
-                (None, Row::Raw(logits), Some(c)) => choice
-                    .sampler
-                    .sample_constrained(logits, k, c)
-                    .map_err(|e| EngineError::Constraint(e.to_string()))?,
-                (None, Row::Adjusted(logits), _) => choice.sampler.sample_adjusted(logits, k),
-                (None, Row::Top(_), _) => return Err(no_row()),
+            let picked = match picked.take() {
+                Some(picked) => picked,
+                None => self.sample(index)?,
             };
-            choice.generated += 1;
-            choice.last = picked.id;
-            let mut delta = ChoiceDelta {
-                index,
-                text: String::new(),
-                tokens: Vec::new(),
-                finish: None,
-            };
-            if self.params.logprobs.is_some() {
-                delta.tokens.push(TokenOut {
-                    id: picked.id,
-                    logprob: picked.logprob,
-                    top: picked.top,
-                    text_offset: choice.chars,
-                });
-            }
-            let end_of_generation = self.tokenizer.stop_ids.contains(&picked.id);
-            if !end_of_generation {
-                let piece = choice.detok.push(&self.tokenizer, picked.id)?;
-                choice.chars += piece.chars().count();
-                match choice.stops.push(&piece) {
-                    Matched::Stop(text) => {
-                        delta.text = text;
-                        delta.finish = Some(FinishReason::Stop);
-                    }
-                    Matched::Release(text) => delta.text = text,
-                }
-            }
-            let out_of_room = choice.generated >= self.params.max_new || room == 0;
-            if delta.finish.is_none() && (end_of_generation || out_of_room) {
-                // The choice ends: what the detokenizer still holds goes through the stop strings, then
-                // whatever they held back is released.
-                let tail = choice.detok.flush(&self.tokenizer)?;
-                choice.chars += tail.chars().count();
-                match choice.stops.push(&tail) {
-                    Matched::Stop(text) => {
-                        delta.text.push_str(&text);
-                        delta.finish = Some(FinishReason::Stop);
-                    }
-                    Matched::Release(text) => {
-                        delta.text.push_str(&text);
-                        delta.text.push_str(&choice.stops.flush());
-                        delta.finish = Some(if end_of_generation {
-                            FinishReason::Stop
-                        } else {
-                            FinishReason::Length
-                        });
-                    }
-                }
-            }
-            choice.done = delta.finish.is_some();
-            deltas.push(delta);
+            deltas.push(self.emit(index, picked, room)?);
         }
         Ok(Some(deltas))
+    }
+
+    /// The first call's device work: the prompt after what the prefix cache holds of it, one row shared by
+    /// every choice, then forked into `n`.
+    async fn prefill(&mut self, readout: Readout<'_>) -> Result<(), EngineError> {
+        let capacity = self.prompt.len() + self.params.max_new;
+        let reuse = match (&self.prefixes, self.params.prompt_logprobs) {
+            (Some(p), false) => p.take(&self.prompt.slots(), |kept| {
+                self.decoder.same_positions(kept.capacity, capacity)
+            }),
+            _ => None,
+        };
+        let cache = match reuse {
+            Some(mut r) => {
+                r.cache.capacity = capacity;
+                self.cached = r.cached;
+                self.source = r.source;
+                r.cache
+            }
+            None => self.decoder.new_cache(1, capacity),
+        };
+        let rest = self.prompt.chunks_from(cache.len).ok_or_else(|| {
+            let cached = cache.len;
+            EngineError::Device(format!(
+                "a kept prefix of {cached} positions does not end between chunks"
+            ))
+        })?;
+        let all = self.params.prompt_logprobs;
+        let (mut runner, rows) = Runner::prefill_after(&self.decoder, cache, &rest, all, readout).await?;
+        let last = match rows {
+            Rows::Full(mut rows) => {
+                let last = rows.pop().unwrap_or_default();
+                if self.params.prompt_logprobs {
+                    self.score_prompt(&rows);
+                }
+                Row::Raw(last)
+            }
+            Rows::Top(mut rows) => Row::Top(rows.pop().ok_or_else(no_row)?),
+        };
+        runner.fork(self.params.n);
+        self.runner = Some(runner);
+        self.rows = (0..self.params.n).map(|_| last.clone()).collect();
+        self.batch = (0..self.params.n).collect();
+        Ok(())
+    }
+
+    /// A later call's device work: each live choice's last token, one row each.
+    async fn step(&mut self, readout: Readout<'_>) -> Result<(), EngineError> {
+        let Some(runner) = &mut self.runner else {
+            return Err(EngineError::Device("a decode step before the prefill".into()));
+        };
+        let tokens: Vec<u32> = self.batch.iter().map(|&i| self.choices[i].last).collect();
+        for &i in &self.batch {
+            let last = self.choices[i].last;
+            self.choices[i].fed.push(last);
+        }
+        let rows: Vec<Row> = match runner.step(&tokens, readout).await? {
+            Rows::Full(rows) => rows.into_iter().map(Row::Raw).collect(),
+            Rows::Top(rows) => rows.into_iter().map(Row::Top).collect(),
+        };
+        for (&i, row) in self.batch.iter().zip(rows) {
+            self.rows[i] = row;
+        }
+        Ok(())
+    }
+
+    /// Choice `index`'s next token from its row of logits (one its candidates did not decide).
+    fn sample(&mut self, index: usize) -> Result<Picked, EngineError> {
+        let (choice, k) = (&mut self.choices[index], self.params.logprobs);
+        Ok(match (&mut self.rows[index], &mut choice.constraint) {
+            (Row::Raw(logits), None) => choice.sampler.sample(logits, k),
+            (Row::Raw(logits), Some(c)) => choice
+                .sampler
+                .sample_constrained(logits, k, c)
+                .map_err(|e| EngineError::Constraint(e.to_string()))?,
+            (Row::Adjusted(logits), _) => choice.sampler.sample_adjusted(logits, k),
+            (Row::Top(_), _) => return Err(no_row()),
+        })
+    }
+
+    /// Choice `index` takes `picked`: its text through the detokenizer and the stop strings, and its
+    /// finish reason when it ends (an end-of-generation id, a stop string, its budget, or no `room` left).
+    fn emit(&mut self, index: usize, picked: Picked, room: usize) -> Result<ChoiceDelta, EngineError> {
+        let choice = &mut self.choices[index];
+        choice.generated += 1;
+        choice.last = picked.id;
+        let mut delta = ChoiceDelta {
+            index,
+            text: String::new(),
+            tokens: Vec::new(),
+            finish: None,
+        };
+        if self.params.logprobs.is_some() {
+            delta.tokens.push(TokenOut {
+                id: picked.id,
+                logprob: picked.logprob,
+                top: picked.top,
+                text_offset: choice.chars,
+            });
+        }
+        let end_of_generation = self.tokenizer.stop_ids.contains(&picked.id);
+        if !end_of_generation {
+            let piece = choice.detok.push(&self.tokenizer, picked.id)?;
+            choice.chars += piece.chars().count();
+            match choice.stops.push(&piece) {
+                Matched::Stop(text) => {
+                    delta.text = text;
+                    delta.finish = Some(FinishReason::Stop);
+                }
+                Matched::Release(text) => delta.text = text,
+            }
+        }
+        let out_of_room = choice.generated >= self.params.max_new || room == 0;
+        if delta.finish.is_none() && (end_of_generation || out_of_room) {
+            // The choice ends: what the detokenizer still holds goes through the stop strings, then
+            // whatever they held back is released.
+            let tail = choice.detok.flush(&self.tokenizer)?;
+            choice.chars += tail.chars().count();
+            match choice.stops.push(&tail) {
+                Matched::Stop(text) => {
+                    delta.text.push_str(&text);
+                    delta.finish = Some(FinishReason::Stop);
+                }
+                Matched::Release(text) => {
+                    delta.text.push_str(&text);
+                    delta.text.push_str(&choice.stops.flush());
+                    delta.finish = Some(if end_of_generation {
+                        FinishReason::Stop
+                    } else {
+                        FinishReason::Length
+                    });
+                }
+            }
+        }
+        choice.done = delta.finish.is_some();
+        Ok(delta)
     }
 
     /// Drops the rows of finished choices from the batch before a step.
@@ -420,11 +448,13 @@ impl Generation {
         Ok(picks)
     }
 
-    /// Logprobs of prompt tokens 1.. from the prefill's per-position logits (token 0 has none).
+    /// Logprobs of prompt tokens 1.. from the prefill's per-position logits (token 0 has none). Only
+    /// completions score their prompts, which are token ids (a prompt with media scores nothing).
     fn score_prompt(&mut self, rows: &[Vec<f32>]) {
         let k = self.params.logprobs.unwrap_or(0);
         let mut offset = 0;
-        for (i, &id) in self.prompt.iter().enumerate() {
+        let ids = self.prompt.ids().unwrap_or_default();
+        for (i, &id) in ids.iter().enumerate() {
             let (logprob, top) = match i.checked_sub(1).and_then(|p| rows.get(p)) {
                 Some(row) => {
                     let lp = log_softmax(row);

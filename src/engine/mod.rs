@@ -9,8 +9,10 @@
 //! - [`plan`]: a valid request prepared into a plan (token ids, budget, sampling, stops, constraints,
 //!   per-choice text processors) by a pure function of the model's format and the request.
 //! - [`prompt`]: chat messages as templates see them, rendered into prompt token ids.
+//! - [`chunks`]: a prompt as chunks of token ids and media rows, with per-position content keys.
 //! - [`runner`]: prefill and decode steps on the device; logits read back once per step.
-//! - [`prefix_cache`]: KV states of recent sequences, reused by prompts that start with one.
+//! - [`prefix_cache`]: KV states of recent sequences, reused by prompts that start with one (matched by
+//!   content, media included).
 //! - [`generation`]: one prompt's `n` choices: sampling, detokenisation, stop rules, finish reasons.
 //! - [`detok`]: the incremental detokenizer and stop-string matching.
 //! - [`respond`]: deltas → OpenAI chunks, and full responses as the streams collected.
@@ -22,6 +24,7 @@
 
 pub mod chat_choice;
 pub mod check;
+pub mod chunks;
 pub mod counters;
 pub mod detok;
 pub mod device;

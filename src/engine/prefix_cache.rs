@@ -1,7 +1,9 @@
 //! Prefix reuse across requests: the KV state of recently run sequences, kept within a byte budget and
 //! evicted least recently used. A chat app sends the whole conversation every turn; a prompt that starts
-//! with a kept sequence's tokens takes that sequence's state and prefills only the rest, and
-//! `usage.prompt_tokens_details.cached_tokens` reports how many tokens it did not run.
+//! with a kept sequence's positions takes that sequence's state and prefills only the rest, and
+//! `usage.prompt_tokens_details.cached_tokens` reports how many positions it did not run. Positions are
+//! matched by content ([`Slot`]: a token's id, a media row's chunk key and place), and a kept prefix ends
+//! before a media chunk, never inside one.
 //!
 //! A kept state is never shared by two runs: when the prompt continues a kept sequence (it holds all of
 //! its tokens), the run takes that state (no copy) and hands it back, longer, when it ends; when the prompt
@@ -15,6 +17,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use super::chunks::{Slot, cut_at};
 use crate::model::KvCache;
 
 /// The default budget of kept states: 128 MiB, which holds about 2,800 positions of SmolLM2-135M (30 layers,
@@ -38,8 +41,8 @@ struct Store {
 
 #[derive(Debug)]
 struct Entry {
-    /// The token ids the cache holds, one per position.
-    tokens: Vec<u32>,
+    /// What the cache holds, one slot per position.
+    slots: Vec<Slot>,
     /// One row (`batch` 1) holding `tokens.len()` positions.
     cache: KvCache,
     used: u64,
@@ -47,7 +50,7 @@ struct Entry {
     id: u64,
 }
 
-/// A kept state taken for a new prompt: the cache holds the prompt's first `cached` tokens.
+/// A kept state taken for a new prompt: the cache holds the prompt's first `cached` positions.
 #[derive(Debug)]
 pub struct Reuse {
     pub cache: KvCache,
@@ -58,7 +61,7 @@ pub struct Reuse {
     pub source: Option<u64>,
 }
 
-fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+fn common_prefix(a: &[Slot], b: &[Slot]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
@@ -104,27 +107,30 @@ impl PrefixCache {
         self.lock().entries.clear();
     }
 
-    /// The kept state sharing the longest prefix with `prompt`, among those `fits` accepts, cut to that
-    /// prefix: at most `prompt.len() − 1` tokens, so that the prompt's last token still runs and gives
-    /// the next token's logits. Taken out of the cache when the prompt continues it, else copied (see the
-    /// module docs). `None` when no kept state shares a token with the prompt.
-    pub fn take(&self, prompt: &[u32], fits: impl Fn(&KvCache) -> bool) -> Option<Reuse> {
+    /// The kept state sharing the longest usable prefix with `prompt`, among those `fits` accepts, cut to
+    /// that prefix: at most `prompt.len() − 1` positions, so that the prompt's last position still runs and
+    /// gives the next token's logits, and ending before any media chunk it would cut ([`cut_at`]). Taken
+    /// out of the cache when the prompt continues it, else copied (see the module docs). `None` when no
+    /// kept state shares a usable position with the prompt.
+    pub fn take(&self, prompt: &[Slot], fits: impl Fn(&KvCache) -> bool) -> Option<Reuse> {
         let limit = prompt.len().checked_sub(1)?;
         let mut store = self.lock();
-        let (i, shared) = store
+        let (i, cached, shared) = store
             .entries
             .iter()
             .enumerate()
             .filter(|(_, e)| fits(&e.cache))
-            .map(|(i, e)| (i, common_prefix(&e.tokens, prompt)))
-            .max_by_key(|&(i, shared)| (shared, std::cmp::Reverse(i)))?;
-        let cached = shared.min(limit);
+            .map(|(i, e)| {
+                let shared = common_prefix(&e.slots, prompt);
+                (i, cut_at(prompt, shared.min(limit)), shared)
+            })
+            .max_by_key(|&(i, cached, _)| (cached, std::cmp::Reverse(i)))?;
         if cached == 0 {
             return None;
         }
         store.clock += 1;
         let clock = store.clock;
-        let (cache, source) = if shared == store.entries[i].tokens.len() {
+        let (cache, source) = if shared == store.entries[i].slots.len() {
             let mut cache = store.entries.swap_remove(i).cache;
             cache.truncate(cached);
             (cache, None)
@@ -140,16 +146,17 @@ impl PrefixCache {
         })
     }
 
-    /// Keeps `cache` (one row) as the state of `tokens` (cut to the positions it holds), dropping the kept
-    /// sequences it supersedes (`source`, the one its prefix was copied from, and those sharing at least
-    /// half their tokens with it), then evicts least recently used states until the budget holds.
-    pub fn put(&self, mut tokens: Vec<u32>, mut cache: KvCache, source: Option<u64>) {
+    /// Keeps `cache` (one row) as the state of `slots` (cut to the positions it holds, and before a media
+    /// chunk it would cut), dropping the kept sequences it supersedes (`source`, the one its prefix was
+    /// copied from, and those sharing at least half their positions with it), then evicts least recently
+    /// used states until the budget holds.
+    pub fn put(&self, mut slots: Vec<Slot>, mut cache: KvCache, source: Option<u64>) {
         if cache.batch() != 1 {
             return;
         }
-        tokens.truncate(cache.len);
-        cache.truncate(tokens.len());
-        if tokens.is_empty() {
+        slots.truncate(cut_at(&slots, cache.len.min(slots.len())));
+        cache.truncate(slots.len());
+        if slots.is_empty() {
             return;
         }
         let mut store = self.lock();
@@ -157,9 +164,9 @@ impl PrefixCache {
         let used = store.clock;
         store
             .entries
-            .retain(|e| Some(e.id) != source && 2 * common_prefix(&e.tokens, &tokens) < e.tokens.len());
+            .retain(|e| Some(e.id) != source && 2 * common_prefix(&e.slots, &slots) < e.slots.len());
         store.entries.push(Entry {
-            tokens,
+            slots,
             cache,
             used,
             id: used,
@@ -191,6 +198,10 @@ mod tests {
     use super::*;
     use burn::tensor::{Device, Tensor, TensorData};
 
+    fn ids(tokens: &[u32]) -> Vec<Slot> {
+        tokens.iter().map(|&t| Slot::Token(t)).collect()
+    }
+
     /// A one-layer cache of `tokens.len()` positions whose keys hold the token ids.
     fn cache_of(tokens: &[u32], device: &Device) -> KvCache {
         let mut cache = KvCache::new(1, 1, 1, 1, 1024, device);
@@ -219,31 +230,33 @@ mod tests {
     fn a_continued_sequence_is_taken_and_a_left_one_copied() {
         let device = Device::flex();
         let prefixes = PrefixCache::new(1 << 20);
-        prefixes.put(vec![1, 2, 3, 4], cache_of(&[1, 2, 3, 4], &device), None);
+        prefixes.put(ids(&[1, 2, 3, 4]), cache_of(&[1, 2, 3, 4], &device), None);
         assert!(
-            prefixes.take(&[9, 1, 2], |_| true).is_none(),
+            prefixes.take(&ids(&[9, 1, 2]), |_| true).is_none(),
             "no shared first token"
         );
         // Leaving it part way: a copy of the shared part; the kept sequence stays whole.
-        let mut copy = prefixes.take(&[1, 2, 7, 8], |_| true).expect("shares two tokens");
+        let mut copy = prefixes
+            .take(&ids(&[1, 2, 7, 8]), |_| true)
+            .expect("shares two tokens");
         assert_eq!((copy.cached, copy.cache.len), (2, 2));
         assert_eq!(keys(&mut copy.cache), [1, 2]);
         assert_eq!(prefixes.len(), 1);
         // The copy's run, kept, replaces the sequence it left.
         let source = copy.source;
         assert!(source.is_some());
-        prefixes.put(vec![1, 2, 7, 8], copy.cache, source);
+        prefixes.put(ids(&[1, 2, 7, 8]), copy.cache, source);
         assert_eq!(prefixes.len(), 1);
         assert!(
             prefixes
-                .take(&[1, 2, 3, 4, 5], |_| true)
+                .take(&ids(&[1, 2, 3, 4, 5]), |_| true)
                 .is_some_and(|r| r.cached == 2)
         );
-        prefixes.put(vec![1, 2, 3, 4], cache_of(&[1, 2, 3, 4], &device), None);
+        prefixes.put(ids(&[1, 2, 3, 4]), cache_of(&[1, 2, 3, 4], &device), None);
         assert_eq!(prefixes.len(), 1);
         // The same prompt again: all but its last token, taken out.
         let same = prefixes
-            .take(&[1, 2, 3, 4], |_| true)
+            .take(&ids(&[1, 2, 3, 4]), |_| true)
             .expect("the whole sequence");
         assert_eq!(same.cached, 3);
         assert!(
@@ -251,9 +264,11 @@ mod tests {
             "a continued sequence is moved out, never shared"
         );
         // A refused entry (another rope table) is not used.
-        prefixes.put(vec![1, 2, 3], cache_of(&[1, 2, 3], &device), None);
-        assert!(prefixes.take(&[1, 2, 3, 4], |_| false).is_none());
-        let longer = prefixes.take(&[1, 2, 3, 4, 5], |_| true).expect("continues it");
+        prefixes.put(ids(&[1, 2, 3]), cache_of(&[1, 2, 3], &device), None);
+        assert!(prefixes.take(&ids(&[1, 2, 3, 4]), |_| false).is_none());
+        let longer = prefixes
+            .take(&ids(&[1, 2, 3, 4, 5]), |_| true)
+            .expect("continues it");
         assert_eq!(longer.cached, 3);
     }
 
@@ -262,43 +277,87 @@ mod tests {
         let device = Device::flex();
         let one = cache_of(&[1], &device).device_bytes();
         let prefixes = PrefixCache::new(2 * one);
-        prefixes.put(vec![1, 2], cache_of(&[1, 2], &device), None);
-        prefixes.put(vec![1, 2, 3], cache_of(&[1, 2, 3], &device), None);
+        prefixes.put(ids(&[1, 2]), cache_of(&[1, 2], &device), None);
+        prefixes.put(ids(&[1, 2, 3]), cache_of(&[1, 2, 3], &device), None);
         assert_eq!(prefixes.len(), 1, "[1, 2, 3] replaces its own prefix [1, 2]");
-        prefixes.put(vec![1, 2, 4, 5], cache_of(&[1, 2, 4, 5], &device), None);
+        prefixes.put(ids(&[1, 2, 4, 5]), cache_of(&[1, 2, 4, 5], &device), None);
         assert_eq!(
             prefixes.len(),
             1,
             "[1, 2, 4, 5] shares two of [1, 2, 3]'s three tokens"
         );
-        prefixes.put(vec![1, 2, 3], cache_of(&[1, 2, 3], &device), None);
+        prefixes.put(ids(&[1, 2, 3]), cache_of(&[1, 2, 3], &device), None);
         assert_eq!(prefixes.len(), 1, "and [1, 2, 3] shares half of [1, 2, 4, 5]'s");
-        prefixes.put(vec![1, 7, 8], cache_of(&[1, 7, 8], &device), None);
+        prefixes.put(ids(&[1, 7, 8]), cache_of(&[1, 7, 8], &device), None);
         assert_eq!(
             prefixes.len(),
             2,
             "[1, 7, 8] shares a third of [1, 2, 3]: both are kept"
         );
         prefixes.clear();
-        prefixes.put(vec![1, 2, 3], cache_of(&[1, 2, 3], &device), None);
-        prefixes.put(vec![5, 6], cache_of(&[5, 6], &device), None);
+        prefixes.put(ids(&[1, 2, 3]), cache_of(&[1, 2, 3], &device), None);
+        prefixes.put(ids(&[5, 6]), cache_of(&[5, 6], &device), None);
         // [1, 2, 3] is used again, so [5, 6] is the oldest when a third sequence arrives.
-        let taken = prefixes.take(&[1, 2, 9], |_| true).expect("shared");
+        let taken = prefixes.take(&ids(&[1, 2, 9]), |_| true).expect("shared");
         assert_eq!(taken.cached, 2);
-        prefixes.put(vec![7], cache_of(&[7], &device), None);
+        prefixes.put(ids(&[7]), cache_of(&[7], &device), None);
         assert_eq!(prefixes.len(), 2);
         assert!(
-            prefixes.take(&[5, 6, 1], |_| true).is_none(),
+            prefixes.take(&ids(&[5, 6, 1]), |_| true).is_none(),
             "[5, 6] was evicted"
         );
         assert!(prefixes.bytes() <= prefixes.budget());
         // Tokens beyond the cached positions are cut; a cache of several rows is not kept.
         let nothing = PrefixCache::new(0);
-        nothing.put(vec![1, 2], cache_of(&[1, 2], &device), None);
+        nothing.put(ids(&[1, 2]), cache_of(&[1, 2], &device), None);
         assert!(nothing.is_empty(), "a budget of 0 keeps nothing");
         prefixes.clear();
-        prefixes.put(vec![1, 2, 3, 4, 5], cache_of(&[1, 2], &device), None);
-        let cut = prefixes.take(&[1, 2, 3, 4, 5, 6], |_| true).expect("shared");
+        prefixes.put(ids(&[1, 2, 3, 4, 5]), cache_of(&[1, 2], &device), None);
+        let cut = prefixes
+            .take(&ids(&[1, 2, 3, 4, 5, 6]), |_| true)
+            .expect("shared");
         assert_eq!(cut.cached, 2, "only the two positions the cache held");
+    }
+
+    #[test]
+    fn media_rows_match_by_content_and_a_prefix_never_ends_inside_one() {
+        let device = Device::flex();
+        let prefixes = PrefixCache::new(1 << 20);
+        let image = |key: u64, n: u32| (0..n).map(move |at| Slot::Media { key, at });
+        // [1, 2] · image 7 (3 rows) · [3, 4]
+        let kept: Vec<Slot> = ids(&[1, 2])
+            .into_iter()
+            .chain(image(7, 3))
+            .chain(ids(&[3, 4]))
+            .collect();
+        prefixes.put(kept.clone(), cache_of(&[1, 2, 50, 51, 52, 3, 4], &device), None);
+        // The same image in a later turn: everything but the last position is reused.
+        let mut next = kept.clone();
+        next.extend(ids(&[5, 6]));
+        let r = prefixes.take(&next, |_| true).expect("the same image");
+        assert_eq!(r.cached, 7);
+        prefixes.put(
+            next.clone(),
+            cache_of(&[1, 2, 50, 51, 52, 3, 4, 5, 6], &device),
+            r.source,
+        );
+        // Another image after the same text: only the text is reused.
+        let other: Vec<Slot> = ids(&[1, 2])
+            .into_iter()
+            .chain(image(8, 3))
+            .chain(ids(&[3]))
+            .collect();
+        let r = prefixes.take(&other, |_| true).expect("the text before it");
+        assert_eq!(r.cached, 2);
+        // A prompt that ends inside the image's rows (its last row must run): cut before the image.
+        let ends: Vec<Slot> = ids(&[1, 2]).into_iter().chain(image(7, 3)).collect();
+        let mut r = prefixes.take(&ends, |_| true).expect("the text before it");
+        assert_eq!(r.cached, 2);
+        assert_eq!(keys(&mut r.cache), [1, 2]);
+        // A state that ends inside an image is kept only up to the image.
+        prefixes.clear();
+        prefixes.put(ends, cache_of(&[1, 2, 50, 51], &device), None);
+        let r = prefixes.take(&other, |_| true).expect("kept before the image");
+        assert_eq!(r.cache.len, 2);
     }
 }

@@ -14,7 +14,7 @@ use super::EngineError;
 use super::counters::note_read;
 #[cfg(feature = "webgpu")]
 use crate::kernels::gpu::select;
-use crate::model::{Decoder, KvCache, SelectOnDevice};
+use crate::model::{Chunk, Decoder, KvCache, SelectOnDevice};
 pub use crate::sampling::argmax;
 use crate::sampling::candidates::{Adjust, Candidates, MAX_K};
 
@@ -144,9 +144,9 @@ async fn read_top(_: &Tensor<2>, _: &[Adjust], _: f32) -> Result<Vec<Candidates>
 }
 
 impl Runner {
-    /// Runs the prompt once and returns what `readout` asks of its last position, or the logits of every
-    /// position when `all_positions` (for prompt logprobs; `readout` must be [`Readout::Full`] then). The
-    /// cache holds up to `capacity` positions.
+    /// Runs a prompt of token ids once and returns what `readout` asks of its last position, or the logits
+    /// of every position when `all_positions` (for prompt logprobs; `readout` must be [`Readout::Full`]
+    /// then). The cache holds up to `capacity` positions.
     pub async fn prefill(
         decoder: &Decoder,
         prompt: &[u32],
@@ -154,39 +154,32 @@ impl Runner {
         all_positions: bool,
         readout: Readout<'_>,
     ) -> Result<(Self, Rows), EngineError> {
-        Self::prefill_after(
-            decoder,
-            decoder.new_cache(1, capacity),
-            prompt,
-            all_positions,
-            readout,
-        )
-        .await
+        let cache = decoder.new_cache(1, capacity);
+        Self::prefill_after(decoder, cache, &[Chunk::Ids(prompt)], all_positions, readout).await
     }
 
-    /// [`Runner::prefill`] onto `cache` (one row), which already holds the prompt's first `cache.len`
-    /// tokens (a kept prefix, [`super::prefix_cache`]): only the rest runs, and with `all_positions` only
-    /// the rest's logits come back. At least the last prompt token must be left to run.
+    /// Runs `rest`, the chunks of a prompt after the `cache.len` positions `cache` (one row) already holds
+    /// (none, or a kept prefix: [`super::prefix_cache`]), as [`Runner::prefill`] runs a prompt: with
+    /// `all_positions` the logits of `rest`'s positions come back. `rest` must take a position.
     pub async fn prefill_after(
         decoder: &Decoder,
         cache: KvCache,
-        prompt: &[u32],
+        rest: &[Chunk<'_>],
         all_positions: bool,
         readout: Readout<'_>,
     ) -> Result<(Self, Rows), EngineError> {
-        let rest = prompt.get(cache.len..).filter(|r| !r.is_empty()).ok_or_else(|| {
-            EngineError::Device(format!(
-                "a cache of {} positions leaves nothing of a {}-token prompt to run",
-                cache.len,
-                prompt.len()
-            ))
-        })?;
+        if rest.iter().all(Chunk::is_empty) {
+            return Err(EngineError::Device(format!(
+                "nothing of the prompt is left to run after the {} cached positions",
+                cache.len
+            )));
+        }
         let mut runner = Self {
             decoder: decoder.clone(),
             cache,
             last: None,
         };
-        let logits = decoder.forward(&[rest.to_vec()], &mut runner.cache, all_positions)?;
+        let logits = decoder.prefill(rest, &mut runner.cache, all_positions)?;
         let rows = runner.read(logits, readout).await?;
         Ok((runner, rows))
     }
