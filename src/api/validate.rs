@@ -45,7 +45,8 @@ pub struct ModelSpec {
     pub video: bool,
 }
 
-/// Sampling parameters, resolved.
+/// Sampling parameters, resolved. [`Sampling::default`] is what a request that sets none of them gets
+/// (OpenAI's defaults), so a literal names only what it sets.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sampling {
     /// 0 means greedy.
@@ -56,6 +57,19 @@ pub struct Sampling {
     /// `(token id, bias)`, sorted by id.
     pub logit_bias: Vec<(u32, f32)>,
     pub seed: Option<u64>,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Self {
+            temperature: 1.0,
+            top_p: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            logit_bias: Vec::new(),
+            seed: None,
+        }
+    }
 }
 
 /// What both endpoints share, resolved.
@@ -401,14 +415,7 @@ mod tests {
             stream: false,
             include_usage: false,
             stop: Vec::new(),
-            sampling: Sampling {
-                temperature: 1.0,
-                top_p: 1.0,
-                presence_penalty: 0.0,
-                frequency_penalty: 0.0,
-                logit_bias: Vec::new(),
-                seed: None,
-            },
+            sampling: Sampling::default(),
             service_tier: None,
         }
     }

@@ -222,12 +222,8 @@ mod tests {
 
     fn params() -> Sampling {
         Sampling {
-            temperature: 1.0,
-            top_p: 1.0,
-            presence_penalty: 0.0,
-            frequency_penalty: 0.0,
-            logit_bias: Vec::new(),
             seed: Some(1),
+            ..Sampling::default()
         }
     }
 
