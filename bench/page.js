@@ -106,7 +106,7 @@ window.benchKiln = async ({ device, model, prompts, stopIds, tokens, runs, warmu
   // The wasm-bindgen glue's default export returns the initialised module's exports once it has run.
   const glue = await import(engine.threads?.build === 'threads' ? '/pkg/threads/kiln.js' : '/pkg/kiln.js');
   const wasm = await glue.default();
-  // Dispatches and reads, counted over every run (kiln's `engine::counters`; the engine runs on this page).
+  // Dispatches and reads, counted over every run (kiln's `engine::runtime::counters`; the engine runs on this page).
   const watch = glue.watchDevice();
   const bias = biasOf(stopIds);
   const results = await runPrompts(label, { prompts, runs, warmup }, (ids) => engine.completions.create({

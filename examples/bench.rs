@@ -12,7 +12,7 @@
 //!   without them), then for each prompt runs `warmup` + `runs` greedy streamed
 //!   completions of `tokens` tokens and records each measured run's time to first token, completion tokens
 //!   and the time from the first to the last chunk, and what the prefill and the decode steps cost the
-//!   device (`engine::counters`: dispatches per kernel, reads and bytes read back). Medians are taken by
+//!   device (`engine::runtime::counters`: dispatches per kernel, reads and bytes read back). Medians are taken by
 //!   the caller.
 //!
 //! Timings only: nothing here asserts on them.
@@ -23,7 +23,7 @@ mod native {
 
     use kiln::api::completion_request;
     use kiln::engine::LoadedModel;
-    use kiln::engine::{counters, device};
+    use kiln::engine::runtime::{counters, device};
     use kiln::loader::Gguf;
     use kiln::model::SelectOnDevice;
     use kiln::tokenizer::ModelTokenizer;
@@ -202,7 +202,7 @@ mod native {
             a.device
         );
 
-        // Dispatches and reads, counted over every run (see `engine::counters`).
+        // Dispatches and reads, counted over every run (see `engine::runtime::counters`).
         let watch = counters::watch();
         let mut results = serde_json::Map::new();
         for (size, ids) in prompts {

@@ -8,7 +8,8 @@ fn main() -> Result<(), String> {
     use std::time::Instant;
 
     use kiln::api::completion_request;
-    use kiln::engine::{LoadedModel, device};
+    use kiln::engine::LoadedModel;
+    use kiln::engine::runtime::device;
     use kiln::loader::Gguf;
     use kiln::tokenizer::ModelTokenizer;
     use pollster::block_on;

@@ -19,7 +19,9 @@ fn main() {
     let path = args.next().expect("usage: decode_profile MODEL.gguf [steps]");
     let steps: usize = args.next().map_or(8, |s| s.parse().expect("steps"));
     let bytes = std::fs::read(&path).expect("read model");
-    let dev = block_on(kiln::engine::device::gpu()).expect("wgpu").device;
+    let dev = block_on(kiln::engine::runtime::device::gpu())
+        .expect("wgpu")
+        .device;
     let model = LoadedModel::from_gguf("p", &bytes, &dev).expect("load");
     let mut generic = model.decoder.clone();
     generic.set_fused(false);

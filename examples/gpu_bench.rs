@@ -23,8 +23,8 @@ mod native {
     use std::borrow::Cow;
     use std::time::Instant;
 
-    use kiln::engine::counters;
-    use kiln::engine::runner::{Readout, Runner, greedy_ids};
+    use kiln::engine::runtime::counters;
+    use kiln::engine::runtime::runner::{Readout, Runner, greedy_ids};
     use kiln::kernels::gpu::{GemvLayout, gemv_layout, set_gemv_layout};
     use kiln::loader::quantize::{Quantizing, quantize_type};
     use kiln::loader::{GgmlType, LoadError, RawTensor, Weights};
@@ -177,7 +177,7 @@ mod native {
 
     pub fn main() -> Result<()> {
         let a = parse()?;
-        let gpu = block_on(kiln::engine::device::gpu()).map_err(|e| {
+        let gpu = block_on(kiln::engine::runtime::device::gpu()).map_err(|e| {
             format!("no wgpu adapter ({e}): this benchmark needs a Vulkan driver (`vulkaninfo --summary`)")
         })?;
         if let Some(layout) = a.gemv {

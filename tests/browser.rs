@@ -4,8 +4,8 @@
 //! Run by `wasm-pack test --headless --chrome` (see `cargo xtask test`).
 #![cfg(target_arch = "wasm32")]
 
-use kiln::engine::check::check_device;
-use kiln::engine::device::{self, DeviceKind};
+use kiln::engine::runtime::check::check_device;
+use kiln::engine::runtime::device::{self, DeviceKind};
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 use wasm_bindgen_test::{console_log, wasm_bindgen_test, wasm_bindgen_test_configure};
@@ -190,7 +190,7 @@ async fn smollm2_answers_on_webgpu() {
     let start = js_sys::Date::now();
     // Loaded piece by piece, as the JS API streams a file, giving the page its event loop between pieces: one
     // synchronous load of the whole file can keep the renderer busy past chromedriver's 30 s limit.
-    let mut loader = kiln::engine::load::GgufLoader::new(&gpu.device, |_, _| {});
+    let mut loader = kiln::engine::runtime::load::GgufLoader::new(&gpu.device, |_, _| {});
     for piece in bytes.chunks(4 << 20) {
         loader.push(piece).expect("SmolLM2's bytes");
         yield_to_the_page().await;

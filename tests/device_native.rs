@@ -1,8 +1,8 @@
 //! The device self-check natively: burn's CPU backend, and wgpu (Vulkan; lavapipe on CI).
 #![cfg(not(target_arch = "wasm32"))]
 
-use kiln::engine::check::check_device;
-use kiln::engine::device::{self, DeviceKind};
+use kiln::engine::runtime::check::check_device;
+use kiln::engine::runtime::device::{self, DeviceKind};
 
 #[test]
 fn cpu_backend_matches_the_host() {

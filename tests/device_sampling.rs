@@ -1,4 +1,4 @@
-//! Sampling from candidates selected on the device (`engine::runner::Readout::Top`) against reading
+//! Sampling from candidates selected on the device (`engine::runtime::runner::Readout::Top`) against reading
 //! every logit back, on native wgpu (lavapipe on CI), through whole requests on the tiny GGUF model
 //! (`tests/fixtures/gguf/tiny-llama.gguf`): the same model loaded twice, with device selection for every
 //! step it can decide (`SelectOnDevice::Always`; lavapipe's own default is greedy steps only) and off.
@@ -11,13 +11,14 @@
 
 use kiln::api::completion_request;
 use kiln::api::response::Completion;
-use kiln::engine::{LoadedModel, counters};
+use kiln::engine::LoadedModel;
+use kiln::engine::runtime::counters;
 use kiln::model::SelectOnDevice;
 use pollster::block_on;
 use serde_json::{Value, json};
 
 fn model(select: bool) -> LoadedModel {
-    let gpu = match block_on(kiln::engine::device::gpu()) {
+    let gpu = match block_on(kiln::engine::runtime::device::gpu()) {
         Ok(gpu) => gpu,
         Err(e) => panic!("no wgpu adapter ({e}); `cargo xtask setup` installs lavapipe"),
     };

@@ -360,7 +360,7 @@ fn what_cannot_be_served_is_refused_before_generation() {
 fn streamed_deltas_never_split_a_utf8_character() {
     let m = model();
     // The fixture's byte tokens: id 3 + b is byte b. "é" is 0xC3 0xA9, "🦀" four bytes.
-    let mut detok = kiln::engine::detok::Detokenizer::default();
+    let mut detok = kiln::engine::protocol::detok::Detokenizer::default();
     let mut pieces = Vec::new();
     for b in "aé🦀".bytes() {
         pieces.push(detok.push(&m.tokenizer, 3 + u32::from(b)).unwrap());
@@ -368,7 +368,7 @@ fn streamed_deltas_never_split_a_utf8_character() {
     assert_eq!(pieces, ["a", "", "é", "", "", "", "🦀"]);
     assert_eq!(detok.flush(&m.tokenizer).unwrap(), "");
     // A dangling lead byte at the end is flushed as decoded.
-    let mut detok = kiln::engine::detok::Detokenizer::default();
+    let mut detok = kiln::engine::protocol::detok::Detokenizer::default();
     assert_eq!(detok.push(&m.tokenizer, 3 + 0xC3).unwrap(), "");
     assert_eq!(detok.flush(&m.tokenizer).unwrap(), "\u{FFFD}");
 }
@@ -445,7 +445,7 @@ fn a_model_without_a_chat_template_serves_completions_and_refuses_chat_until_giv
 /// (or as given), each budget checked, `echo` text and prompt scoring carried.
 #[test]
 fn completion_requests_plan_one_prompt_each() {
-    use kiln::engine::plan;
+    use kiln::engine::protocol::plan;
     let m = model();
     let body =
         json!({"model": "tiny", "prompt": ["Once upon", "a time"], "echo": true, "logprobs": 2, "n": 2});

@@ -88,7 +88,7 @@ fn load(bytes: &[u8], device: &Device) -> Decoder {
 
 /// Native wgpu (lavapipe on CI): kiln's quantized GEMV / tiled kernels.
 fn gpu() -> Device {
-    pollster::block_on(kiln::engine::device::gpu())
+    pollster::block_on(kiln::engine::runtime::device::gpu())
         .expect("a wgpu adapter (install mesa-vulkan-drivers)")
         .device
 }
@@ -127,7 +127,7 @@ fn check_logits_on(bytes: &[u8], golden: &str, name: &str, device: &Device, tole
     eprintln!("{name}: max |logit - dequantised reference| = {diff:e}");
     assert!(diff <= tolerance, "{name}: logits differ by {diff}");
     let prompt = golden.prompt_ids.clone();
-    let out = pollster::block_on(kiln::engine::runner::greedy(
+    let out = pollster::block_on(kiln::engine::runtime::runner::greedy(
         &decoder,
         &prompt,
         golden.greedy_ids.len(),

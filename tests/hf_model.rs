@@ -6,7 +6,7 @@
 
 use burn::tensor::Device;
 use kiln::api::validate::Sampling;
-use kiln::engine::generation::{GenParams, Generation};
+use kiln::engine::runtime::generation::{GenParams, Generation};
 use kiln::engine::{HfFiles, LoadedModel};
 use kiln::loader::Gguf;
 use kiln::tokenizer::HfTokenizerFiles;

@@ -45,7 +45,7 @@ mod multi;
 mod quant_kernels;
 
 fn device() -> Device {
-    match pollster::block_on(kiln::engine::device::gpu()) {
+    match pollster::block_on(kiln::engine::runtime::device::gpu()) {
         Ok(gpu) => gpu.device,
         Err(e) => panic!(
             "no wgpu adapter ({e}); install a Vulkan driver: `apt-get install mesa-vulkan-drivers` \
@@ -531,7 +531,7 @@ fn bad_inputs_are_errors() {
     assert!(matches!(err, gpu::GpuKernelError::BadRowLength { .. }), "{err}");
     let err = gpu::upload(GgmlType::Q8_0, &[0; 33], 1, 32, &device).expect_err("short bytes");
     assert!(matches!(err, gpu::GpuKernelError::BadByteCount { .. }), "{err}");
-    let (cpu, _) = kiln::engine::device::cpu();
+    let (cpu, _) = kiln::engine::runtime::device::cpu();
     let err = gpu::upload(GgmlType::Q8_0, &[0; 34], 1, 32, &cpu).expect_err("the CPU device");
     assert!(matches!(err, gpu::GpuKernelError::NotCube(_)), "{err}");
 }

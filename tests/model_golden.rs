@@ -41,7 +41,7 @@ fn greedy_64_tokens_match_transformers() {
 /// where the family has one: f16 rounding changes no greedy token of any golden model.
 #[test]
 fn greedy_64_tokens_match_transformers_on_wgpu_with_its_features() {
-    let gpu = pollster::block_on(kiln::engine::device::gpu()).expect("a wgpu adapter");
+    let gpu = pollster::block_on(kiln::engine::runtime::device::gpu()).expect("a wgpu adapter");
     eprintln!("features: {:?}", gpu.info.features);
     for f in fixtures() {
         pollster::block_on(greedy_matches(&f, &gpu.device));
@@ -227,7 +227,7 @@ fn extra_tensor_is_an_error() {
 /// prompt as ids, on the CPU backend and on native wgpu (the generic prefill path; the fused step after).
 #[test]
 fn mixed_chunks_equal_ids_on_flex_and_wgpu() {
-    let gpu = pollster::block_on(kiln::engine::device::gpu()).expect("a wgpu adapter");
+    let gpu = pollster::block_on(kiln::engine::runtime::device::gpu()).expect("a wgpu adapter");
     for f in fixtures() {
         pollster::block_on(golden::mixed_chunks_equal_ids(&f, &Device::flex()));
         pollster::block_on(golden::mixed_chunks_equal_ids(&f, &gpu.device));
@@ -240,7 +240,7 @@ fn mixed_chunks_equal_ids_on_flex_and_wgpu() {
 /// do not (the mask is applied: every golden model's logits move by more than 1e-2 there).
 #[test]
 fn a_bidirectional_span_is_the_same_mask_on_every_path() {
-    let gpu = pollster::block_on(kiln::engine::device::gpu()).expect("a wgpu adapter");
+    let gpu = pollster::block_on(kiln::engine::runtime::device::gpu()).expect("a wgpu adapter");
     for f in fixtures() {
         let v = ModelConfig::from_json(f.config).expect("config").vocab_size;
         let (flex, flex_two) = pollster::block_on(golden::bidirectional_logits(&f, &Device::flex()));

@@ -135,7 +135,7 @@ fn check_with(file: &str, device: &Device, name: &str, tolerance: f32) {
 }
 
 fn gpu() -> Device {
-    pollster::block_on(kiln::engine::device::gpu())
+    pollster::block_on(kiln::engine::runtime::device::gpu())
         .expect("a wgpu adapter (install mesa-vulkan-drivers)")
         .device
 }

@@ -14,7 +14,7 @@ mod tiny_qwen3;
 
 use kiln::api::response::{ChatCompletion, FinishReason};
 use kiln::api::{chat_request, completion_request};
-use kiln::engine::prompt;
+use kiln::engine::protocol::prompt;
 use pollster::block_on;
 use serde_json::{Value, json};
 

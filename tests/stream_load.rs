@@ -1,4 +1,4 @@
-//! Loading a GGUF file as it streams in (`kiln::engine::load::GgufLoader`): any split of the file into
+//! Loading a GGUF file as it streams in (`kiln::engine::runtime::load::GgufLoader`): any split of the file into
 //! pieces gives the model that the whole bytes give (the same logits, bit for bit, and the same greedy
 //! text), tensors go to the device as their bytes arrive, and a bad or truncated file is an error naming
 //! what is wrong — found from the header, before any tensor is placed, wherever the header can tell.
@@ -7,7 +7,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 use burn::tensor::Device;
-use kiln::engine::load::GgufLoader;
+use kiln::engine::runtime::load::GgufLoader;
 use kiln::engine::{EngineError, LoadedModel};
 use kiln::loader::Gguf;
 use kiln::loader::gguf_write::{TensorOut, write};
@@ -61,7 +61,13 @@ fn any_split_gives_the_model_of_the_whole_file() {
         let whole = LoadedModel::from_gguf(name, bytes, &device).expect("whole file loads");
         let want = logits(&whole);
         let greedy = |m: &LoadedModel| {
-            pollster::block_on(kiln::engine::runner::greedy(&m.decoder, &[1, 5, 9], 6, &[])).expect("greedy")
+            pollster::block_on(kiln::engine::runtime::runner::greedy(
+                &m.decoder,
+                &[1, 5, 9],
+                6,
+                &[],
+            ))
+            .expect("greedy")
         };
         let want_text = greedy(&whole);
         // One byte at a time through the header; pieces that end inside tensors, on their edges, and

@@ -23,7 +23,8 @@ mod tiny_qwen3;
 use burn::tensor::Device;
 use kiln::api::chat_request;
 use kiln::api::response::{ChatCompletion, FinishReason};
-use kiln::engine::{LoadedModel, prompt};
+use kiln::engine::LoadedModel;
+use kiln::engine::protocol::prompt;
 use pollster::block_on;
 use serde_json::{Value, json};
 use tiny_qwen3::{tiny_qwen3, tiny_qwen3_with_template};
@@ -363,9 +364,9 @@ fn mistral_templates_get_nine_character_ids_in_the_history() {
 /// processor and (forced) one constraint per choice.
 #[test]
 fn requests_are_planned_from_the_format_found_at_load() {
-    use kiln::engine::plan;
-    use kiln::engine::reasoning::ReasoningSyntax;
-    use kiln::engine::tools::ToolFormat;
+    use kiln::engine::protocol::plan;
+    use kiln::engine::protocol::reasoning::ReasoningSyntax;
+    use kiln::engine::protocol::tools::ToolFormat;
     let m = tiny_qwen3();
     let f = m.chat_format();
     assert!(f.template);

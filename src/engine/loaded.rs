@@ -8,11 +8,11 @@ use std::sync::Arc;
 use burn::tensor::Device;
 
 use super::EngineError;
-use super::format::{ChatFormat, LazyVocab, ModelFormat};
-use super::generation::Generation;
-use super::plan::PromptPlan;
-use super::prefix_cache::{DEFAULT_BUDGET, PrefixCache};
-use super::respond::{ChatStream, CompletionStream, StreamHeader};
+use super::protocol::format::{ChatFormat, LazyVocab, ModelFormat};
+use super::protocol::plan::PromptPlan;
+use super::protocol::respond::{ChatStream, CompletionStream, StreamHeader};
+use super::runtime::generation::Generation;
+use super::runtime::prefix_cache::{DEFAULT_BUDGET, PrefixCache};
 use crate::api::{ApiError, ModelSpec, ValidChat, ValidCompletion};
 use crate::loader::{Checkpoint, GgmlType, Quantizing, Reporting};
 use crate::model::{Decoder, ModelConfig};
@@ -72,7 +72,7 @@ impl LoadedModel {
         device: &Device,
         on_upload: &mut dyn FnMut(u64, u64),
     ) -> Result<Self, EngineError> {
-        super::load::from_gguf(id, bytes, device, on_upload)
+        super::runtime::load::from_gguf(id, bytes, device, on_upload)
     }
 
     /// A model from its parts.
@@ -182,7 +182,7 @@ impl LoadedModel {
         Ok(self)
     }
 
-    /// The kept KV states (see [`super::prefix_cache`]).
+    /// The kept KV states (see [`super::runtime::prefix_cache`]).
     pub fn prefix_cache(&self) -> &PrefixCache {
         &self.prefixes
     }
@@ -197,7 +197,7 @@ impl LoadedModel {
         &self.chat_format
     }
 
-    /// What requests are planned against ([`super::plan`]).
+    /// What requests are planned against ([`super::protocol::plan`]).
     pub fn format(&self) -> ModelFormat<'_> {
         ModelFormat {
             spec: &self.spec,
@@ -225,9 +225,9 @@ impl LoadedModel {
     }
 
     /// A validated chat request as a stream of `chat.completion.chunk`s (collect it for the full
-    /// response). Refused here, before any device work: what the model cannot serve ([`super::plan::chat`]).
+    /// response). Refused here, before any device work: what the model cannot serve ([`super::protocol::plan::chat`]).
     pub fn chat(&self, req: ValidChat) -> Result<ChatStream, ApiError> {
-        let plan = super::plan::chat(&self.format(), req)?;
+        let plan = super::protocol::plan::chat(&self.format(), req)?;
         let header = StreamHeader::new("chatcmpl-", &self.id, plan.stream);
         Ok(ChatStream::new(plan, header, self.tokenizer.clone(), |p| {
             self.start(p)
@@ -237,7 +237,7 @@ impl LoadedModel {
     /// A validated completions request as a stream of `text_completion` chunks (collect it for the full
     /// response). Prompts run one after another, `n` choices each (indices `prompt · n + i`).
     pub fn complete(&self, req: ValidCompletion) -> Result<CompletionStream, ApiError> {
-        let plan = super::plan::completion(&self.format(), req)?;
+        let plan = super::protocol::plan::completion(&self.format(), req)?;
         let header = StreamHeader::new("cmpl-", &self.id, plan.stream);
         Ok(CompletionStream::new(plan, header, self.tokenizer.clone(), |p| {
             self.start(p)

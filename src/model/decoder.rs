@@ -160,7 +160,7 @@ impl Decoder {
         self.fused
     }
 
-    /// Which steps on wgpu select the sampler's candidates on the device (`engine::runner::Readout`)
+    /// Which steps on wgpu select the sampler's candidates on the device (`engine::runtime::runner::Readout`)
     /// instead of reading every logit back; no effect off wgpu.
     pub fn set_select_on_device(&mut self, select: SelectOnDevice) {
         self.select = select;

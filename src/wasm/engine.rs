@@ -12,9 +12,9 @@ use wasm_bindgen::prelude::*;
 use crate::api::{
     ApiError, not_an_object, parse_chat_from, parse_completion_from, validate_chat, validate_completion,
 };
-use crate::engine::device::{self, DeviceInfo};
-use crate::engine::load::GgufLoader;
-use crate::engine::respond::{Cancel, ChatStream, CompletionStream};
+use crate::engine::protocol::respond::{Cancel, ChatStream, CompletionStream};
+use crate::engine::runtime::device::{self, DeviceInfo};
+use crate::engine::runtime::load::GgufLoader;
 use crate::engine::{EngineError, HfFiles, LoadedModel};
 use crate::tokenizer::HfTokenizerFiles;
 use burn::tensor::Device;

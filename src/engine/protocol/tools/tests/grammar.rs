@@ -9,7 +9,7 @@ use llguidance::{Matcher, ParserFactory};
 use serde_json::{Value, json};
 
 use super::super::{GrammarOptions, ToolFormat, ToolGrammarError, call_grammar};
-use crate::engine::reasoning::ReasoningSyntax;
+use crate::engine::protocol::reasoning::ReasoningSyntax;
 
 const SPECIALS: &[&str] = &[
     "<tool_call>",

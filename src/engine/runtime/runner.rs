@@ -10,8 +10,8 @@ use burn::tensor::{Device, Tensor};
 #[cfg(feature = "webgpu")]
 use burn::tensor::{TensorData, Transaction};
 
-use super::EngineError;
 use super::counters::note_read;
+use crate::engine::EngineError;
 #[cfg(feature = "webgpu")]
 use crate::kernels::gpu::select;
 use crate::model::{Chunk, Decoder, KvCache, SelectOnDevice};
@@ -58,7 +58,7 @@ fn read_error(device: &Device, poisoned: bool, reason: &str) -> EngineError {
     if !poisoned {
         return EngineError::Device(reason.to_string());
     }
-    crate::engine::device::gpu_lost(device);
+    crate::engine::runtime::device::gpu_lost(device);
     EngineError::DeviceLost(lost_reason(reason).to_string())
 }
 

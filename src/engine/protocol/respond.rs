@@ -14,11 +14,11 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use super::chat_choice::ChoiceText;
-use super::generation::{ChoiceDelta, Generation, TokenOut};
 use super::plan::{ChatPlan, CompletionPlan, PromptPlan, StreamOptions};
 use crate::api::ApiError;
 use crate::api::request::ServiceTier;
 use crate::api::response::*;
+use crate::engine::runtime::generation::{ChoiceDelta, Generation, TokenOut};
 use crate::sampling::Rng;
 use crate::tokenizer::ModelTokenizer;
 use crate::tokenizer::time::now_secs;

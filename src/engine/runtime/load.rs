@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use burn::backend::DispatchDevice;
 use burn::tensor::Device;
 
-use super::EngineError;
-use super::loaded::LoadedModel;
+use crate::engine::EngineError;
+use crate::engine::loaded::LoadedModel;
 use crate::kernels::QuantWeight;
 use crate::loader::gguf_model::{self, CONFIG_TENSORS, Fixups};
 use crate::loader::stream::{Event, GgufStream};

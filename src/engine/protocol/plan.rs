@@ -12,17 +12,17 @@
 //! Constructors keep the invariants: a prompt is never empty, a constrained prompt has exactly one
 //! constraint per choice, a chat plan exactly one text processor per choice. What a plan leaves out is
 //! what is not a function of the request: the seed drawn for an unseeded request, the response id and
-//! time, and the device ([`super::loaded::LoadedModel`] adds those when the stream starts).
+//! time, and the device ([`crate::engine::loaded::LoadedModel`] adds those when the stream starts).
 
 use super::chat_choice::ChoiceText;
 use super::format::ModelFormat;
-use super::generation::GenParams;
 use super::structured::{MakeConstraint, response_constraint};
 use super::tool_use::tool_use;
 use crate::api::request::{ReasoningEffort, ServiceTier};
 use crate::api::unions::Prompt;
 use crate::api::validate::Common;
 use crate::api::{ApiError, ValidChat, ValidCompletion};
+use crate::engine::runtime::generation::GenParams;
 use crate::sampling::constrain::Constraint;
 use crate::tokenizer::{TemplateInputs, TokenizerError};
 

@@ -220,7 +220,7 @@ impl ChoiceText {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::tools::ToolFormat;
+    use crate::engine::protocol::tools::ToolFormat;
 
     fn text(lenient: bool) -> ChoiceText {
         let parser = ToolCallParser::new(ToolFormat::Hermes, vec!["get_weather".into()]);

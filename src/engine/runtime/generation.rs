@@ -8,13 +8,13 @@
 
 use std::sync::Arc;
 
-use super::EngineError;
 use super::chunks::{Prompt, Slot};
-use super::detok::{Detokenizer, Matched, StopMatcher};
 use super::prefix_cache::PrefixCache;
 use super::runner::{Readout, Rows, Runner};
 use crate::api::response::FinishReason;
 use crate::api::validate::Sampling;
+use crate::engine::EngineError;
+use crate::engine::protocol::detok::{Detokenizer, Matched, StopMatcher};
 use crate::model::{Decoder, SelectOnDevice};
 use crate::sampling::candidates::Adjust;
 use crate::sampling::candidates::Candidates;

@@ -14,7 +14,7 @@
 use serde_json::{Value, json};
 
 use super::ToolFormat;
-use crate::engine::reasoning::ReasoningSyntax;
+use crate::engine::protocol::reasoning::ReasoningSyntax;
 
 /// What the grammar allows besides the calls.
 #[derive(Debug, Clone, Copy, Default)]
