@@ -374,9 +374,11 @@ pub async fn bidirectional_logits(f: &Fixture, device: &Device) -> (Vec<f32>, Ve
     (one, two)
 }
 
-/// Causal all-position logits of the golden prompt.
+/// Causal all-position logits of the golden prompt, with the fused step off as in
+/// [`bidirectional_logits`] (an f32 KV cache on every device).
 pub async fn causal_logits(f: &Fixture, device: &Device) -> Vec<f32> {
-    let (decoder, golden) = load(f, device);
+    let (mut decoder, golden) = load(f, device);
+    decoder.set_fused(false);
     let mut cache = decoder.new_cache(1, golden.prompt_ids.len());
     read(
         decoder
