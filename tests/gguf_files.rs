@@ -7,8 +7,10 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use burn::tensor::Device;
-use kiln::loader::{GgmlType, Gguf, GgufError, GgufWeights, gguf_model};
+use kiln::loader::{GgmlType, Gguf, GgufError};
 use kiln::model::Decoder;
+use kiln::model::GgufWeights;
+use kiln::model::gguf as gguf_model;
 use serde::Deserialize;
 
 /// Tracks the largest single allocation made by a thread while it has tracking on.

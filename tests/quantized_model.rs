@@ -13,8 +13,10 @@ use std::borrow::Cow;
 
 use burn::tensor::Device;
 use kiln::kernels::gpu::caps::{Features, with_features};
-use kiln::loader::{GgmlType, Gguf, GgufWeights, LoadError, RawTensor, Weights, gguf_model};
+use kiln::loader::{GgmlType, Gguf, LoadError, RawTensor, Weights};
 use kiln::model::Decoder;
+use kiln::model::GgufWeights;
+use kiln::model::gguf as gguf_model;
 use kiln::tokenizer::ModelTokenizer;
 
 /// A checkpoint with every tensor widened to f32: what the quantized path is checked against.

@@ -1,10 +1,11 @@
-//! Weights from bytes: safetensors (single file or sharded) or one GGUF file, both seen through [`Weights`]
-//! under Hugging Face tensor names. Every tensor is checked against the shape the config implies; a missing,
-//! extra or mis-shaped tensor is an error naming it.
+//! File formats: safetensors (single file or sharded, seen through [`Weights`] under Hugging Face tensor
+//! names), GGUF (header, metadata and tensor data, whole or streamed in pieces), the GGML block types, and
+//! writing GGUF. What a GGUF's keys and tensor names mean for a model is model knowledge and lives in
+//! `crate::model::gguf`. Every tensor is checked against the shape the config implies; a missing, extra or
+//! mis-shaped tensor is an error naming it.
 
 pub mod derive;
 pub mod gguf;
-pub mod gguf_model;
 pub mod gguf_write;
 pub mod quant;
 pub mod quantize;
@@ -16,7 +17,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::ModelConfig;
 pub use gguf::{Array, Gguf, GgufError, Value};
-pub use gguf_model::GgufWeights;
 pub use quant::{BlockError, GgmlType};
 pub use quantize::{Quantizing, quantize_type};
 pub use safetensors::{Safetensors, SafetensorsError, ShardIndex};

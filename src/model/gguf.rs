@@ -1,8 +1,9 @@
 //! A GGUF file as a model: metadata → [`ModelConfig`] (translated by the file's architecture into the
 //! mirror of `config.json`, then resolved by the same function), llama.cpp tensor names → Hugging Face
 //! names, and the converter's changes undone so that both formats hold the same values: the q/k row
-//! permutation of Llama-style files, the `1 + w` of Gemma's norms. This module knows no architecture; it
-//! reads metadata for them ([`Meta`]) and asks [`Arch`].
+//! permutation of Llama-style files, the `1 + w` of Gemma's norms. Model knowledge, kept in `model/`: the
+//! loader reads the file's bytes (`crate::loader::gguf`); this module says what its keys and names mean,
+//! reading metadata for the architectures ([`Meta`]) and asking [`Arch`] for what is theirs.
 //!
 //! llama.cpp's `convert_hf_to_gguf.py` permutes the rows of `q_proj` and `k_proj` (weights and biases) of
 //! Llama/Mistral checkpoints so that its interleaved-pair rope applies: within each head of `d` rows, HF row
@@ -11,13 +12,13 @@
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 
-use super::gguf::{Gguf, GgufError, TensorInfo};
-use super::quant::GgmlType;
-use super::{LoadError, RawTensor, Weights};
-use crate::model::ModelConfig;
-use crate::model::arch::{Arch, phi3};
-use crate::model::config::HfConfig;
-use crate::model::layers::rope::RopeScaling;
+use super::ModelConfig;
+use super::arch::{Arch, phi3};
+use super::config::HfConfig;
+use super::layers::rope::RopeScaling;
+use crate::loader::gguf::{Gguf, GgufError, TensorInfo};
+use crate::loader::quant::GgmlType;
+use crate::loader::{LoadError, RawTensor, Weights};
 
 fn meta(key: &str, reason: impl Into<String>) -> LoadError {
     LoadError::Gguf(GgufError::Metadata {
@@ -67,7 +68,7 @@ impl<'g, 'a> Meta<'g, 'a> {
     pub fn opt_usize(&self, k: &str) -> Result<Option<usize>, LoadError> {
         match self.g.get(&self.key(k)) {
             None => Ok(None),
-            Some(super::Value::Array(_)) => Err(self.error(k, "is an array, not a number")),
+            Some(crate::loader::Value::Array(_)) => Err(self.error(k, "is an array, not a number")),
             Some(_) => Ok(Some(self.usize(k)?)),
         }
     }
@@ -84,11 +85,11 @@ impl<'g, 'a> Meta<'g, 'a> {
 
     /// `<arch>.<k>` when it is an array of flags (or numbers, nonzero = true); `None` when absent or a scalar.
     pub fn opt_bools(&self, k: &str) -> Result<Option<Vec<bool>>, LoadError> {
-        let Some(super::Value::Array(a)) = self.g.get(&self.key(k)) else {
+        let Some(crate::loader::Value::Array(a)) = self.g.get(&self.key(k)) else {
             return Ok(None);
         };
         match a {
-            super::Array::Bool(v) => Ok(Some(v.clone())),
+            crate::loader::Array::Bool(v) => Ok(Some(v.clone())),
             _ => (0..a.len())
                 .map(|i| {
                     a.f64_at(i)

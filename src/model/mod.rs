@@ -5,6 +5,7 @@
 pub mod arch;
 pub mod config;
 pub mod decoder;
+pub mod gguf;
 pub mod input;
 pub mod layers;
 pub mod placed;
@@ -14,6 +15,7 @@ mod step;
 pub use arch::Arch;
 pub use config::{ConfigError, ModelConfig};
 pub use decoder::{Decoder, ForwardError, SelectOnDevice};
+pub use gguf::GgufWeights;
 pub use input::{Attend, Chunk};
 pub use layers::kv_cache::KvCache;
 pub use layers::linear::{Linear, Matrix};

@@ -12,9 +12,9 @@ use burn::tensor::Device;
 use crate::engine::EngineError;
 use crate::engine::loaded::LoadedModel;
 use crate::kernels::QuantWeight;
-use crate::loader::gguf_model::{self, CONFIG_TENSORS, Fixups};
 use crate::loader::stream::{Event, GgufStream};
 use crate::loader::{Gguf, LoadError, checkpoint_shapes};
+use crate::model::gguf::{self as gguf_model, CONFIG_TENSORS, Fixups};
 use crate::model::{Decoder, ModelConfig, Placed, Staged};
 use crate::tokenizer::ModelTokenizer;
 

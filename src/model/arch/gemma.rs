@@ -17,8 +17,8 @@ use burn::tensor::Tensor;
 
 use super::Arch;
 use crate::loader::LoadError;
-use crate::loader::gguf_model::Meta;
 use crate::model::config::{Act, ConfigError, HfConfig, ModelConfig, invalid, positive};
+use crate::model::gguf::Meta;
 use crate::model::layers::attention::{Attention, Positions};
 use crate::model::layers::kv_cache::KvCache;
 use crate::model::layers::mlp::Mlp;

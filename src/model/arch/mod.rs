@@ -23,7 +23,7 @@ use super::layers::kv_cache::KvCache;
 use super::layers::linear::Linear;
 use super::placed::Tensors;
 use crate::loader::LoadError;
-use crate::loader::gguf_model::Meta;
+use crate::model::gguf::Meta;
 
 /// An architecture kiln runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

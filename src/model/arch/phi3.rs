@@ -11,8 +11,8 @@
 
 use super::Arch;
 use crate::loader::LoadError;
-use crate::loader::gguf_model::Meta;
 use crate::model::config::{ConfigError, HfConfig, ModelConfig, RopeFields};
+use crate::model::gguf::Meta;
 
 /// Hugging Face ↔ llama.cpp names of a layer's tensors (split q/k/v files exist too).
 pub const NAMES: [(&str, &str); 9] = [

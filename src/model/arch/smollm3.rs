@@ -7,8 +7,8 @@
 
 use super::Arch;
 use crate::loader::LoadError;
-use crate::loader::gguf_model::Meta;
 use crate::model::config::{ConfigError, HfConfig, ModelConfig, invalid, positive};
+use crate::model::gguf::Meta;
 
 /// Resolves a SmolLM3 config.
 pub(crate) fn resolve(c: &HfConfig) -> Result<ModelConfig, ConfigError> {
