@@ -129,20 +129,8 @@ async fn prompt_chunks_on_webgpu_and_cpu() {
             "{}: WebGPU vs CPU {diff}",
             f.name
         );
-        // Positions 0..3 come before the span (causal as before), 3..9 are in it (they move).
         let causal = golden::causal_logits(f, &gpu.device).await;
-        let v = causal.len() / 12;
-        let d = golden::max_abs_diff;
-        assert!(
-            d(&on_gpu[..3 * v], &causal[..3 * v]) <= 1e-4,
-            "{}: before the span",
-            f.name
-        );
-        assert!(
-            d(&on_gpu[3 * v..9 * v], &causal[3 * v..9 * v]) > 1e-2,
-            "{}: the span is causal",
-            f.name
-        );
+        golden::span_moves_only_its_positions(f.name, &on_gpu, &causal, causal.len() / 12);
     }
 }
 

@@ -344,7 +344,24 @@ pub async fn mixed_chunks_equal_ids(f: &Fixture, device: &Device) {
     }
 }
 
-/// The golden prompt with positions 3..9 as one bidirectional chunk (Gemma 3's image tokens: rows taken
+/// The positions [`bidirectional_logits`] runs as one bidirectional chunk.
+pub const SPAN: std::ops::Range<usize> = 3..9;
+
+/// `span` (all-position logits with [`SPAN`] bidirectional) against `causal` (the same prompt causal):
+/// the positions before the span keep their logits (within 1e-4) and the span's move (by more than 1e-2).
+pub fn span_moves_only_its_positions(name: &str, span: &[f32], causal: &[f32], vocab: usize) {
+    let (a, b) = (SPAN.start * vocab, SPAN.end * vocab);
+    assert!(
+        max_abs_diff(&span[..a], &causal[..a]) <= 1e-4,
+        "{name}: before the span"
+    );
+    assert!(
+        max_abs_diff(&span[a..b], &causal[a..b]) > 1e-2,
+        "{name}: the span is causal"
+    );
+}
+
+/// The golden prompt with positions 3..9 ([`SPAN`]) as one bidirectional chunk (Gemma 3's image tokens: rows taken
 /// from the model's own embeddings), all-position logits `[12 · V]`: in one prefill, or with the first 3
 /// ids run before (the span then starts at a cached position). With the fused step off, so that the KV
 /// cache is f32 on every device (the fused step's f16 cache would round the prefix's keys: measured
@@ -353,13 +370,13 @@ pub async fn bidirectional_logits(f: &Fixture, device: &Device) -> (Vec<f32>, Ve
     let (mut decoder, golden) = load(f, device);
     decoder.set_fused(false);
     let p = &golden.prompt_ids;
-    let rows = decoder.embeddings(&p[3..9]).expect("embedding rows");
+    let rows = decoder.embeddings(&p[SPAN]).expect("embedding rows");
     let span = Chunk::Rows {
         rows: &rows,
         attend: Attend::Bidirectional,
     };
     let mut cache = decoder.new_cache(1, p.len());
-    let whole = [Chunk::Ids(&p[..3]), span, Chunk::Ids(&p[9..])];
+    let whole = [Chunk::Ids(&p[..SPAN.start]), span, Chunk::Ids(&p[SPAN.end..])];
     let one = read(decoder.prefill(&whole, &mut cache, true).expect("one prefill")).await;
     let mut cache = decoder.new_cache(1, p.len());
     let mut two = read(decoder.prefill(&whole[..1], &mut cache, true).expect("first ids")).await;
