@@ -15,7 +15,6 @@ pub mod stream;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::model::ModelConfig;
 pub use gguf::{Array, Gguf, GgufError, Value};
 pub use quant::{BlockError, GgmlType};
 pub use quantize::{Quantizing, quantize_type};
@@ -218,30 +217,4 @@ impl Weights for Checkpoint<'_> {
             .map(|t| (t.end - t.start) as u64)
             .sum()
     }
-}
-
-/// The shape of each Hugging Face tensor of a decoder layer of `c`'s architecture, by name after
-/// `model.layers.{i}.`.
-pub fn layer_shapes(c: &ModelConfig) -> Vec<(&'static str, Vec<usize>)> {
-    c.arch.layer_shapes(c)
-}
-
-/// Every tensor a checkpoint of `c` holds, by Hugging Face name, with the shape the config implies
-/// (`lm_head.weight` too, which tied checkpoints may leave out).
-pub fn checkpoint_shapes(c: &ModelConfig) -> Vec<(String, Vec<usize>)> {
-    let (h, v) = (c.hidden_size, c.vocab_size);
-    let mut all = vec![
-        ("model.embed_tokens.weight".to_owned(), vec![v, h]),
-        ("model.norm.weight".to_owned(), vec![h]),
-        ("lm_head.weight".to_owned(), vec![v, h]),
-    ];
-    let layer = layer_shapes(c);
-    for i in 0..c.num_layers {
-        all.extend(
-            layer
-                .iter()
-                .map(|(name, shape)| (format!("model.layers.{i}.{name}"), shape.clone())),
-        );
-    }
-    all
 }

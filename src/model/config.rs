@@ -109,9 +109,96 @@ pub(crate) struct HfConfig {
     pub(crate) no_rope_layers: Option<Vec<u8>>,
     #[serde(default)]
     pub(crate) no_rope_layer_interval: Option<usize>,
+    /// A multimodal model's language model (`Gemma3ForConditionalGeneration`, `Idefics3…`): its fields
+    /// are read from here, the top level naming the whole model.
+    #[serde(default)]
+    pub(crate) text_config: Option<Box<HfConfig>>,
+    /// A multimodal model's vision encoder.
+    #[serde(default)]
+    pub(crate) vision_config: Option<VisionFields>,
     /// Not a `config.json` field: a GGUF file of a fused-qkv family that stores q, k and v apart.
     #[serde(skip)]
     pub(crate) split_qkv: Option<bool>,
+}
+
+/// The mirror of a `vision_config` (the fields of the SigLIP/CLIP towers multimodal families use).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub(crate) struct VisionFields {
+    #[serde(default)]
+    pub(crate) model_type: Option<String>,
+    #[serde(default)]
+    pub(crate) hidden_size: usize,
+    #[serde(default)]
+    pub(crate) intermediate_size: usize,
+    #[serde(default)]
+    pub(crate) num_hidden_layers: usize,
+    #[serde(default)]
+    pub(crate) num_attention_heads: usize,
+    #[serde(default)]
+    pub(crate) num_channels: Option<usize>,
+    #[serde(default)]
+    pub(crate) image_size: usize,
+    #[serde(default)]
+    pub(crate) patch_size: usize,
+    #[serde(default)]
+    pub(crate) layer_norm_eps: Option<f64>,
+}
+
+/// A multimodal model's vision encoder as its config describes it: the family's encoder part builds
+/// itself from this.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VisionConfig {
+    /// `siglip_vision_model`, `clip_vision_model`, … (as `config.json` names it, if it does).
+    pub model_type: Option<String>,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_layers: usize,
+    pub num_heads: usize,
+    pub num_channels: usize,
+    /// The side of the square image the encoder takes, in pixels.
+    pub image_size: usize,
+    /// The side of a square patch; it divides `image_size`.
+    pub patch_size: usize,
+    pub layer_norm_eps: f64,
+}
+
+impl VisionConfig {
+    /// Resolves `vision_config`: defaults (3 channels, eps 1e-6 as SigLIP's) applied, sizes checked; errors
+    /// name `vision_config.<field>`.
+    fn resolve(v: &VisionFields) -> Result<Self, ConfigError> {
+        let hidden_size = positive("vision_config.hidden_size", v.hidden_size)?;
+        let num_heads = positive("vision_config.num_attention_heads", v.num_attention_heads)?;
+        if !hidden_size.is_multiple_of(num_heads) {
+            return Err(invalid(
+                "vision_config.hidden_size",
+                format!("{hidden_size} is not a multiple of num_attention_heads = {num_heads}"),
+            ));
+        }
+        let image_size = positive("vision_config.image_size", v.image_size)?;
+        let patch_size = positive("vision_config.patch_size", v.patch_size)?;
+        if !image_size.is_multiple_of(patch_size) {
+            return Err(invalid(
+                "vision_config.patch_size",
+                format!("{patch_size} does not divide image_size = {image_size}"),
+            ));
+        }
+        Ok(Self {
+            model_type: v.model_type.clone(),
+            hidden_size,
+            intermediate_size: positive("vision_config.intermediate_size", v.intermediate_size)?,
+            num_layers: positive("vision_config.num_hidden_layers", v.num_hidden_layers)?,
+            num_heads,
+            num_channels: positive("vision_config.num_channels", v.num_channels.unwrap_or(3))?,
+            image_size,
+            patch_size,
+            layer_norm_eps: v.layer_norm_eps.unwrap_or(1e-6),
+        })
+    }
+
+    /// Patches along one side of the image.
+    pub fn patches_per_side(&self) -> usize {
+        self.image_size / self.patch_size
+    }
 }
 
 /// `rope_scaling` (transformers 4) or `rope_parameters` (transformers 5).
@@ -140,6 +227,25 @@ pub(crate) struct RopeFields {
 }
 
 impl HfConfig {
+    /// The language model's fields: the nested `text_config` of a multimodal model (the top level's
+    /// `tie_word_embeddings` inherited where it does not say; a `text_config` naming no architecture or
+    /// `model_type` is refused naming the top level's), else the config itself.
+    fn text_part(&self) -> Result<HfConfig, ConfigError> {
+        let Some(text) = &self.text_config else {
+            return Ok(self.clone());
+        };
+        if text.architectures.is_empty() && text.model_type.is_none() {
+            let top = self.architectures.first().or(self.model_type.as_ref());
+            return Err(ConfigError::Unsupported(format!(
+                "{} (its `text_config` names no `model_type`)",
+                top.map_or("", String::as_str)
+            )));
+        }
+        let mut text = (**text).clone();
+        text.tie_word_embeddings = text.tie_word_embeddings.or(self.tie_word_embeddings);
+        Ok(text)
+    }
+
     /// The rope fields of the layers of `layer_type` (`full_attention` / `sliding_attention`): transformers
     /// 5's `rope_parameters` (per layer type or shared), else transformers 4's `rope_scaling`.
     pub(crate) fn rope_fields(&self, layer_type: &str) -> Result<Option<RopeFields>, ConfigError> {
@@ -176,6 +282,19 @@ pub struct LayerKind {
     /// The index into [`ModelConfig::ropes`] of the rope this layer applies to q and k; `None` for a layer
     /// without positional encoding (SmolLM3's NoPE layers).
     pub rope: Option<usize>,
+    /// What the layer keeps of the positions it has seen (chosen by its family).
+    pub cache: CacheKind,
+}
+
+/// What one layer keeps of the positions it has seen: the seam through which the runner, `n > 1` forks
+/// and the prefix cache handle every layer (`model::layers::kv_cache`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheKind {
+    /// Its own keys and values for every position (a windowed layer too: its window is a mask over them).
+    Kv,
+    /// The keys and values of the earlier layer `from` (which holds its own), appended by that layer in
+    /// the same forward; the layer keeps nothing itself.
+    SharedKv { from: usize },
 }
 
 /// The resolved configuration the decoder is built from.
@@ -214,6 +333,8 @@ pub struct ModelConfig {
     /// The factor of the embeddings (Gemma: `√hidden`).
     pub embed_scale: Option<f64>,
     pub act: Act,
+    /// A multimodal model's vision encoder (its `vision_config`), `None` for a text model.
+    pub vision: Option<VisionConfig>,
 }
 
 impl ModelConfig {
@@ -226,8 +347,10 @@ impl ModelConfig {
     /// Resolves the mirror through its family: defaults applied, architecture features decided, every size
     /// checked.
     pub(crate) fn resolve(c: HfConfig) -> Result<Self, ConfigError> {
-        let arch = Arch::of(&c)?;
-        let config = arch.resolve(&c)?;
+        let text = c.text_part()?;
+        let arch = Arch::of(&text)?;
+        let mut config = arch.family().resolve(&text)?;
+        config.vision = c.vision_config.as_ref().map(VisionConfig::resolve).transpose()?;
         config.check()?;
         Ok(config)
     }
@@ -240,7 +363,17 @@ impl ModelConfig {
                 format!("{} entries for {} layers", self.layers.len(), self.num_layers),
             ));
         }
-        for kind in &self.layers {
+        for (i, kind) in self.layers.iter().enumerate() {
+            if let CacheKind::SharedKv { from } = kind.cache
+                && (from >= i || self.layers[from].cache != CacheKind::Kv)
+            {
+                return Err(invalid(
+                    "layer_types",
+                    format!(
+                        "layer {i} shares the keys and values of layer {from}, which holds none before it"
+                    ),
+                ));
+            }
             if kind.window == Some(0) {
                 return Err(invalid("sliding_window", "must be positive"));
             }
@@ -303,7 +436,8 @@ impl ModelConfig {
             layers: vec![
                 LayerKind {
                     window: None,
-                    rope: Some(0)
+                    rope: Some(0),
+                    cache: CacheKind::Kv,
                 };
                 num_layers
             ],
@@ -318,6 +452,7 @@ impl ModelConfig {
             final_softcap: None,
             embed_scale: None,
             act: Act::Silu,
+            vision: None,
         })
     }
 

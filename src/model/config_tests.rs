@@ -204,3 +204,75 @@ fn bad_values_name_their_field_and_unknown_families_list_the_known() {
         assert!(e.to_string().contains(family), "{e}");
     }
 }
+
+/// A multimodal config (Gemma 3 4B's layout: the language model under `text_config`, the SigLIP tower
+/// under `vision_config`) resolves its language model exactly as the same fields given flat, and its
+/// vision encoder with SigLIP's defaults.
+#[test]
+fn nested_text_and_vision_configs_resolve() {
+    let text = r#""model_type": "gemma3_text", "vocab_size": 262208, "hidden_size": 2560,
+        "intermediate_size": 10240, "num_hidden_layers": 34, "num_attention_heads": 8,
+        "num_key_value_heads": 4, "head_dim": 256, "sliding_window": 1024, "query_pre_attn_scalar": 256,
+        "rope_theta": 1000000.0, "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+        "max_position_embeddings": 131072"#;
+    let vision = r#"{"model_type": "siglip_vision_model", "hidden_size": 1152, "intermediate_size": 4304,
+        "num_hidden_layers": 27, "num_attention_heads": 16, "image_size": 896, "patch_size": 14}"#;
+    let nested = format!(
+        r#"{{"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+        "mm_tokens_per_image": 256, "text_config": {{{text}}}, "vision_config": {vision}}}"#
+    );
+    let nested = ModelConfig::from_json(nested.as_bytes()).unwrap();
+    let flat = ModelConfig::from_json(format!("{{{text}}}").as_bytes()).unwrap();
+    assert_eq!(nested.arch, Arch::Gemma3);
+    let v = nested.vision.clone().unwrap();
+    assert_eq!(
+        (
+            v.hidden_size,
+            v.num_layers,
+            v.num_heads,
+            v.num_channels,
+            v.patches_per_side()
+        ),
+        (1152, 27, 16, 3, 64)
+    );
+    assert_eq!(
+        (v.layer_norm_eps, v.model_type.as_deref()),
+        (1e-6, Some("siglip_vision_model"))
+    );
+    assert_eq!(
+        ModelConfig {
+            vision: None,
+            ..nested
+        },
+        flat
+    );
+    assert!(flat.vision.is_none());
+
+    // Idefics3 (SmolVLM): a Llama language model; `tie_word_embeddings` said at the top level.
+    let smolvlm = format!(
+        r#"{{"architectures": ["Idefics3ForConditionalGeneration"], "tie_word_embeddings": true,
+        "text_config": {{"model_type": "llama", {BASE}}},
+        "vision_config": {{"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
+        "num_attention_heads": 12, "image_size": 512, "patch_size": 16}}}}"#
+    );
+    let s = ModelConfig::from_json(smolvlm.as_bytes()).unwrap();
+    assert_eq!(
+        (s.arch, s.tie_word_embeddings, s.hidden_size),
+        (Arch::Llama, true, 64)
+    );
+    assert_eq!(s.vision.unwrap().patches_per_side(), 32);
+
+    // Errors name the nested field.
+    let bad = smolvlm.replace(r#""patch_size": 16"#, r#""patch_size": 15"#);
+    let e = ModelConfig::from_json(bad.as_bytes()).unwrap_err();
+    assert!(e.to_string().contains("vision_config.patch_size"), "{e}");
+    let bad = smolvlm.replace(r#""num_attention_heads": 12"#, r#""num_attention_heads": 0"#);
+    let e = ModelConfig::from_json(bad.as_bytes()).unwrap_err();
+    assert!(e.to_string().contains("vision_config.num_attention_heads"), "{e}");
+    let bad = smolvlm.replace(r#""model_type": "llama", "#, "");
+    let e = ModelConfig::from_json(bad.as_bytes()).unwrap_err();
+    assert!(
+        e.to_string().contains("Idefics3ForConditionalGeneration") && e.to_string().contains("text_config"),
+        "{e}"
+    );
+}

@@ -1,4 +1,4 @@
-//! The decoder of every supported family: embeddings, one [`Block`] per layer in its family's shape (see
+//! The decoder of every supported family: embeddings, one [`Layer`] per layer in its family's shape (see
 //! `model::arch`), the final norm and the `lm_head`, parameterised by a resolved [`ModelConfig`]. Weight
 //! matrices stay in the checkpoint's quantized blocks where the device has a kernel for them ([`Matrix`]);
 //! the KV cache grows as positions are appended ([`KvCache`]). A batch of token ids runs through
@@ -11,7 +11,9 @@
 use burn::backend::DispatchDevice;
 use burn::tensor::{Device, Tensor};
 
-use super::arch::Block;
+use std::sync::Arc;
+
+use super::arch::Layer;
 use super::config::ModelConfig;
 use super::input::{self, Chunk};
 use super::layers::attention::Positions;
@@ -30,7 +32,7 @@ pub struct Decoder {
     pub(super) device: Device,
     /// `[V, h]`.
     pub(super) embed: Matrix,
-    pub(super) blocks: Vec<Block>,
+    pub(super) blocks: Vec<Arc<dyn Layer>>,
     /// `[h]`, as the family multiplies (Gemma's `1 + w` applied).
     pub(super) norm: Tensor<1>,
     /// `[V, h]`: the embedding table itself when tied.
@@ -106,9 +108,9 @@ impl Decoder {
         let (h, v) = (c.hidden_size, c.vocab_size);
         let embed = ckpt.matrix("model.embed_tokens.weight", [v, h])?;
         let blocks = (0..c.num_layers)
-            .map(|i| c.arch.load_block(c, i, ckpt))
+            .map(|i| c.arch.family().load_layer(c, i, ckpt))
             .collect::<Result<Vec<_>, _>>()?;
-        let norm = c.arch.final_norm(ckpt.vector("model.norm.weight", h)?);
+        let norm = c.arch.family().final_norm(ckpt.vector("model.norm.weight", h)?);
         // Tied embeddings reuse `embed_tokens`; a checkpoint that still carries `lm_head` is honoured.
         let tied = c.tie_word_embeddings && !ckpt.contains("lm_head.weight");
         let lm_head = match tied {
@@ -186,17 +188,19 @@ impl Decoder {
         let linears: usize = self
             .blocks
             .iter()
-            .flat_map(Block::linears)
+            .flat_map(|b| b.linears())
             .map(|l| l.weight.device_bytes())
             .sum();
         self.embed.device_bytes() + head + linears
     }
 
-    /// An empty cache for `batch` sequences of up to `capacity` positions (allocated as it fills).
+    /// An empty cache for `batch` sequences of up to `capacity` positions (allocated as it fills), each
+    /// layer's of the kind its family chose.
     pub fn new_cache(&self, batch: usize, capacity: usize) -> KvCache {
         let c = &self.config;
-        KvCache::with_dtype(
-            c.num_layers,
+        let kinds: Vec<_> = c.layers.iter().map(|l| l.cache).collect();
+        KvCache::with_kinds(
+            &kinds,
             batch,
             c.num_kv_heads,
             c.head_dim,

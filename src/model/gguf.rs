@@ -266,9 +266,10 @@ pub fn fixups(config: &ModelConfig) -> Fixups {
     Fixups {
         permuted: config
             .arch
+            .family()
             .gguf_permuted()
             .then_some((config.num_heads, config.num_kv_heads)),
-        norm_shift: config.arch.gguf_norm_shift(),
+        norm_shift: config.arch.family().gguf_norm_shift(),
     }
 }
 
@@ -363,6 +364,7 @@ fn unpermute(stored: &[u8], rows: usize, width: usize, heads: usize) -> Vec<u8> 
 impl Weights for GgufWeights<'_, '_> {
     fn contains(&self, name: &str) -> bool {
         self.arch
+            .family()
             .gguf_name(name)
             .is_some_and(|g| self.file.tensor(&g).is_some())
     }
@@ -370,6 +372,7 @@ impl Weights for GgufWeights<'_, '_> {
     fn take(&mut self, name: &str, expected: &[usize]) -> Result<RawTensor<'_>, LoadError> {
         let g = self
             .arch
+            .family()
             .gguf_name(name)
             .ok_or_else(|| LoadError::Missing(name.into()))?;
         let info = self
@@ -413,8 +416,8 @@ mod tests {
 
     #[test]
     fn names_map_both_ways_that_matter() {
-        let gguf_name = |hf: &str| Arch::Llama.gguf_name(hf);
-        let hf_name = |g: &str| Arch::Llama.hf_name_of(g);
+        let gguf_name = |hf: &str| Arch::Llama.family().gguf_name(hf);
+        let hf_name = |g: &str| Arch::Llama.family().hf_name_of(g);
         assert_eq!(
             gguf_name("model.embed_tokens.weight").as_deref(),
             Some("token_embd.weight")

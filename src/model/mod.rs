@@ -13,7 +13,7 @@ pub mod placed;
 mod step;
 
 pub use arch::Arch;
-pub use config::{ConfigError, ModelConfig};
+pub use config::{CacheKind, ConfigError, ModelConfig, VisionConfig};
 pub use decoder::{Decoder, ForwardError, SelectOnDevice};
 pub use gguf::GgufWeights;
 pub use input::{Attend, Chunk};

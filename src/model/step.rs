@@ -1,7 +1,7 @@
 //! One decode step (one new position per sequence) on wgpu through the fused kernels of
 //! `kernels::gpu::decode`, for the pre-norm Llama layer and Gemma's sandwich layer alike. Per layer:
 //!
-//! | launches | Llama (`Block::Llama`)            | Gemma 2/3 (`Block::Gemma`)                      |
+//! | launches | Llama (`llama::Layer`)            | Gemma 2/3 (`gemma::Layer`)                      |
 //! |----------|-----------------------------------|-------------------------------------------------|
 //! | 1        | q, k, v projections (one launch)  | the same                                        |
 //! | 1 (2)    | q/k norm (Qwen3), rope, attention | q/k norm (Gemma 3), the layer's rope, attention |
@@ -26,7 +26,8 @@
 //! one launch measured no faster per step on lavapipe and cost ~270 ms more pipeline compilation on the
 //! first step.)
 //!
-//! What the kernels implement ([`Decoder::fusable`]): separate q/k/v and gate/up projections, whole-head
+//! What the kernels implement ([`Decoder::fusable`]): layers with their own keys and values (no shared
+//! cache), separate q/k/v and gate/up projections, whole-head
 //! rope from one table per layer (or none), any score scale, window and softcap, SiLU or GELU-tanh. Fused
 //! projections (Phi-3), partial rotary and LongRoPE take the generic path.
 //!
@@ -34,13 +35,10 @@
 
 use burn::tensor::Tensor;
 
-use super::arch::Block;
-use super::config::Act;
+use super::config::{Act, CacheKind};
 use super::decoder::Decoder;
-use super::layers::attention::{Attention, Qkv};
 use super::layers::kv_cache::KvCache;
 use super::layers::linear::{Linear, Matrix};
-use super::layers::mlp::{GateUp, Mlp};
 use crate::kernels::gpu::decode::{self as fused, Attend, CacheSlot};
 
 /// `x: [r, in]` through `l` → `[r, out]`.
@@ -71,49 +69,6 @@ fn apply_many<const N: usize>(ls: [&Linear; N], x: Tensor<2>) -> [Tensor<2>; N] 
     std::array::from_fn(|_| ys.next().expect("one output per projection"))
 }
 
-/// A layer as the fused step sees it; norms `[h]`.
-struct Fusable<'a> {
-    attn: &'a Attention,
-    /// `(q, k, v, gate, up)`.
-    proj: [&'a Linear; 5],
-    down: &'a Linear,
-    /// Before attention (Llama's `input_layernorm`, Gemma's `pre_attn`) and before the MLP.
-    pre_attn: &'a Tensor<1>,
-    pre_mlp: &'a Tensor<1>,
-    /// Gemma's norms of the attention and MLP outputs, `(post_attn, post_ffw)`.
-    post: Option<(&'a Tensor<1>, &'a Tensor<1>)>,
-}
-
-/// `(q, k, v, gate, up)` when they are separate projections.
-fn split<'a>(attn: &'a Attention, mlp: &'a Mlp) -> Option<[&'a Linear; 5]> {
-    match (&attn.qkv, &mlp.gate_up) {
-        (Qkv::Split { q, k, v }, GateUp::Split { gate, up }) => Some([q, k, v, gate, up]),
-        _ => None,
-    }
-}
-
-/// The layer in the shape the fused kernels implement, if it is.
-fn parts(block: &Block) -> Option<Fusable<'_>> {
-    Some(match block {
-        Block::Llama(l) => Fusable {
-            attn: &l.attn,
-            proj: split(&l.attn, &l.mlp)?,
-            down: &l.mlp.down,
-            pre_attn: &l.attn_norm,
-            pre_mlp: &l.mlp_norm,
-            post: None,
-        },
-        Block::Gemma(l) => Fusable {
-            attn: &l.attn,
-            proj: split(&l.attn, &l.mlp)?,
-            down: &l.mlp.down,
-            pre_attn: &l.pre_attn,
-            pre_mlp: &l.pre_ffw,
-            post: Some((&l.post_attn, &l.post_ffw)),
-        },
-    })
-}
-
 /// `(x + delta, its RMSNorm by w)`, or with `delta` normalised by `wd` first (Gemma).
 fn residual(
     x: Tensor<2>,
@@ -138,8 +93,10 @@ impl Decoder {
                 .is_some_and(|t| t.plain_tables() && t.rope.rotary_dim == c.head_dim)
         };
         c.head_dim.is_multiple_of(2)
-            && c.layers.iter().all(|l| l.rope.is_none_or(whole_head))
-            && self.blocks.iter().all(|b| parts(b).is_some())
+            && c.layers
+                .iter()
+                .all(|l| l.rope.is_none_or(whole_head) && l.cache == CacheKind::Kv)
+            && self.blocks.iter().all(|b| b.step_parts().is_some())
     }
 
     /// Runs one token per sequence (`tokens`: `b` rows of one id, already validated) after what `cache`
@@ -150,7 +107,7 @@ impl Decoder {
         let h = c.hidden_size;
         let eps = c.rms_norm_eps as f32;
         let pos = cache.len;
-        let layers: Vec<_> = self.blocks.iter().filter_map(parts).collect();
+        let layers: Vec<_> = self.blocks.iter().filter_map(|b| b.step_parts()).collect();
         let mut x = self.embed(tokens).reshape([b, h]);
         let mut hn = fused::rms_norm(x.clone(), layers.first().map_or(&self.norm, |l| l.pre_attn), eps);
         for (i, layer) in layers.iter().enumerate() {

@@ -13,7 +13,7 @@ use crate::engine::EngineError;
 use crate::engine::loaded::LoadedModel;
 use crate::kernels::QuantWeight;
 use crate::loader::stream::{Event, GgufStream};
-use crate::loader::{Gguf, LoadError, checkpoint_shapes};
+use crate::loader::{Gguf, LoadError};
 use crate::model::gguf::{self as gguf_model, CONFIG_TENSORS, Fixups};
 use crate::model::{Decoder, ModelConfig, Placed, Staged};
 use crate::tokenizer::ModelTokenizer;
@@ -169,7 +169,7 @@ fn stage(g: &Gguf<'static>, device: &Device, limit: Option<u64>) -> Result<Stagi
     let config = gguf_model::config_from_metadata(g)?;
     let tokenizer = ModelTokenizer::from_gguf(g)?;
     let fixups = gguf_model::fixups(&config);
-    let expected: BTreeMap<String, Vec<usize>> = checkpoint_shapes(&config).into_iter().collect();
+    let expected: BTreeMap<String, Vec<usize>> = config.arch.family().checkpoint_shapes(&config).into_iter().collect();
     let mut names = BTreeMap::new();
     for (name, info) in &g.tensors {
         if CONFIG_TENSORS.contains(&name.as_str()) {
@@ -187,6 +187,7 @@ fn stage(g: &Gguf<'static>, device: &Device, limit: Option<u64>) -> Result<Stagi
         }
         let hf = config
             .arch
+            .family()
             .hf_name_of(name)
             .ok_or_else(|| LoadError::Extra(name.clone()))?;
         let shape = expected.get(&hf).ok_or_else(|| LoadError::Extra(name.clone()))?;
@@ -205,7 +206,7 @@ fn stage(g: &Gguf<'static>, device: &Device, limit: Option<u64>) -> Result<Stagi
         .iter()
         .find(|(hf, _)| *hf != "lm_head.weight" && !present.contains(hf.as_str()))
     {
-        let g_name = config.arch.gguf_name(missing).unwrap_or_default();
+        let g_name = config.arch.family().gguf_name(missing).unwrap_or_default();
         return Err(LoadError::Missing(format!("{g_name} ({missing})")).into());
     }
     if let Some(limit) = limit {

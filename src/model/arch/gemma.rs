@@ -7,20 +7,23 @@
 //! A layer: `x += post_attn(attn(pre_attn(x)))`, then `x += post_ffw(mlp(pre_ffw(x)))`.
 //!
 //! GGUF (llama.cpp's converter): every `*norm.weight` is stored as `1 + w` (undone at load,
-//! [`super::Arch::gguf_norm_shift`]); no q/k permutation (NeoX rope); keys `attention.sliding_window`,
+//! [`Family::gguf_norm_shift`]); no q/k permutation (NeoX rope); keys `attention.sliding_window`,
 //! `attention.sliding_window_pattern` (an interval, or one flag per layer), `rope.freq_base_swa` (Gemma 3's
 //! local base, default 10 000 as llama.cpp), `attn_logit_softcapping` / `final_logit_softcapping` (Gemma 2);
 //! the query scale is `1/√head_dim`, except for the 27B models (Gemma 2: 46 layers, Gemma 3: 62) where it is `1/√(hidden/heads)`
 //! (llama.cpp's rule, which matches their `query_pre_attn_scalar`).
 
+use std::sync::Arc;
+
 use burn::tensor::Tensor;
 
-use super::Arch;
+use super::{Arch, Family, StepParts};
 use crate::loader::LoadError;
 use crate::model::config::{Act, ConfigError, HfConfig, ModelConfig, invalid, positive};
 use crate::model::gguf::Meta;
 use crate::model::layers::attention::{Attention, Positions};
 use crate::model::layers::kv_cache::KvCache;
+use crate::model::layers::linear::Linear;
 use crate::model::layers::mlp::Mlp;
 use crate::model::layers::norm::rms_norm;
 use crate::model::layers::rope::Rope;
@@ -51,8 +54,46 @@ pub const NORMS: [&str; 4] = [
     "post_feedforward_layernorm.weight",
 ];
 
+/// The family of Gemma 2 and Gemma 3 (which of them it is).
+pub(crate) struct Gemma(pub Arch);
+
+impl Family for Gemma {
+    fn resolve(&self, c: &HfConfig) -> Result<ModelConfig, ConfigError> {
+        resolve(self.0, c)
+    }
+
+    fn gguf_config(&self, m: &Meta<'_, '_>, hf: &mut HfConfig) -> Result<(), LoadError> {
+        gguf_config(self.0, m, hf)
+    }
+
+    fn layer_names(&self) -> &'static [(&'static str, &'static str)] {
+        &NAMES
+    }
+
+    fn norms(&self) -> &'static [&'static str] {
+        &NORMS
+    }
+
+    fn gguf_norm_shift(&self) -> f32 {
+        1.0
+    }
+
+    fn load_layer(
+        &self,
+        c: &ModelConfig,
+        i: usize,
+        ckpt: &mut dyn Tensors,
+    ) -> Result<Arc<dyn super::Layer>, LoadError> {
+        Ok(Arc::new(Layer::load(c, i, ckpt)?))
+    }
+
+    fn final_norm(&self, w: Tensor<1>) -> Tensor<1> {
+        offset(w)
+    }
+}
+
 /// Resolves a Gemma 2 or Gemma 3 config.
-pub(crate) fn resolve(arch: Arch, c: &HfConfig) -> Result<ModelConfig, ConfigError> {
+fn resolve(arch: Arch, c: &HfConfig) -> Result<ModelConfig, ConfigError> {
     let c = &HfConfig {
         head_dim: c.head_dim.or(Some(256)),
         tie_word_embeddings: c.tie_word_embeddings.or(Some(true)),
@@ -129,7 +170,7 @@ pub(crate) fn resolve(arch: Arch, c: &HfConfig) -> Result<ModelConfig, ConfigErr
 }
 
 /// The Gemma keys of a GGUF file (see the module docs).
-pub(crate) fn gguf_config(arch: Arch, m: &Meta<'_, '_>, hf: &mut HfConfig) -> Result<(), LoadError> {
+fn gguf_config(arch: Arch, m: &Meta<'_, '_>, hf: &mut HfConfig) -> Result<(), LoadError> {
     let n = hf.num_hidden_layers;
     // llama.cpp: a window of 0 is none (its converter writes a null window as 0).
     hf.sliding_window = m.opt_usize("attention.sliding_window")?.filter(|&w| w > 0);
@@ -204,9 +245,10 @@ impl Layer {
             mlp,
         })
     }
+}
 
-    /// `x: [b, s, h]` → `[b, s, h]`.
-    pub fn forward(
+impl super::Layer for Layer {
+    fn forward(
         &self,
         x: Tensor<3>,
         c: &ModelConfig,
@@ -223,5 +265,24 @@ impl Layer {
             .mlp
             .forward(rms_norm(x.clone(), self.pre_ffw.clone(), eps), c.act);
         x + rms_norm(m, self.post_ffw.clone(), eps)
+    }
+
+    fn linears(&self) -> Vec<&Linear> {
+        self.attn
+            .linears()
+            .into_iter()
+            .chain(self.mlp.linears())
+            .collect()
+    }
+
+    fn step_parts(&self) -> Option<StepParts<'_>> {
+        Some(StepParts {
+            attn: &self.attn,
+            proj: super::split_projections(&self.attn, &self.mlp)?,
+            down: &self.mlp.down,
+            pre_attn: &self.pre_attn,
+            pre_mlp: &self.pre_ffw,
+            post: Some((&self.post_attn, &self.post_ffw)),
+        })
     }
 }

@@ -6,13 +6,16 @@
 //!
 //! Tensor names (after `model.layers.{i}.` ↔ after `blk.{i}.`): in [`NAMES`].
 
+use std::sync::Arc;
+
 use burn::tensor::Tensor;
 
-use super::Arch;
+use super::{Arch, Family, StepParts};
 use crate::loader::LoadError;
 use crate::model::config::{ConfigError, HfConfig, ModelConfig};
 use crate::model::layers::attention::{Attention, Positions};
 use crate::model::layers::kv_cache::KvCache;
+use crate::model::layers::linear::Linear;
 use crate::model::layers::mlp::Mlp;
 use crate::model::layers::norm::rms_norm;
 use crate::model::placed::Tensors;
@@ -35,8 +38,39 @@ pub const NAMES: [(&str, &str); 11] = [
 /// The layer's norms.
 pub const NORMS: [&str; 2] = ["input_layernorm.weight", "post_attention_layernorm.weight"];
 
+/// The family of Llama, Mistral, Qwen2 and Qwen3 (which of them it is).
+pub(crate) struct Llama(pub Arch);
+
+impl Family for Llama {
+    fn resolve(&self, c: &HfConfig) -> Result<ModelConfig, ConfigError> {
+        resolve(self.0, c)
+    }
+
+    fn layer_names(&self) -> &'static [(&'static str, &'static str)] {
+        &NAMES
+    }
+
+    fn norms(&self) -> &'static [&'static str] {
+        &NORMS
+    }
+
+    /// Llama and Mistral files; Qwen's rope is NeoX-style, its rows unpermuted.
+    fn gguf_permuted(&self) -> bool {
+        matches!(self.0, Arch::Llama | Arch::Mistral)
+    }
+
+    fn load_layer(
+        &self,
+        c: &ModelConfig,
+        i: usize,
+        ckpt: &mut dyn Tensors,
+    ) -> Result<Arc<dyn super::Layer>, LoadError> {
+        Ok(Arc::new(Layer::load(c, i, ckpt)?))
+    }
+}
+
 /// Resolves a Llama, Mistral, Qwen2 or Qwen3 config.
-pub(crate) fn resolve(arch: Arch, c: &HfConfig) -> Result<ModelConfig, ConfigError> {
+fn resolve(arch: Arch, c: &HfConfig) -> Result<ModelConfig, ConfigError> {
     let mut config = ModelConfig::base(arch, c, 1e-6)?;
     config.qkv_bias |= arch == Arch::Qwen2;
     config.qk_norm = arch == Arch::Qwen3;
@@ -81,9 +115,10 @@ impl Layer {
             mlp,
         })
     }
+}
 
-    /// `x: [b, s, h]` → `[b, s, h]`.
-    pub fn forward(
+impl super::Layer for Layer {
+    fn forward(
         &self,
         x: Tensor<3>,
         c: &ModelConfig,
@@ -97,5 +132,24 @@ impl Layer {
                 .attn
                 .forward(rms_norm(x, self.attn_norm.clone(), eps), c, i, cache, at);
         x.clone() + self.mlp.forward(rms_norm(x, self.mlp_norm.clone(), eps), c.act)
+    }
+
+    fn linears(&self) -> Vec<&Linear> {
+        self.attn
+            .linears()
+            .into_iter()
+            .chain(self.mlp.linears())
+            .collect()
+    }
+
+    fn step_parts(&self) -> Option<StepParts<'_>> {
+        Some(StepParts {
+            attn: &self.attn,
+            proj: super::split_projections(&self.attn, &self.mlp)?,
+            down: &self.mlp.down,
+            pre_attn: &self.attn_norm,
+            pre_mlp: &self.mlp_norm,
+            post: None,
+        })
     }
 }

@@ -9,10 +9,13 @@
 //! and `phi3.rope.scaling.attn_factor`; partial rotary as `phi3.rope.dimension_count`. llama.cpp chooses the
 //! long factors when its context exceeds the original one; kiln when the request's cache does.
 
-use super::Arch;
+use std::sync::Arc;
+
+use super::{Arch, Family, Layer, llama};
 use crate::loader::LoadError;
 use crate::model::config::{ConfigError, HfConfig, ModelConfig, RopeFields};
 use crate::model::gguf::Meta;
+use crate::model::placed::Tensors;
 
 /// Hugging Face ↔ llama.cpp names of a layer's tensors (split q/k/v files exist too).
 pub const NAMES: [(&str, &str); 9] = [
@@ -31,8 +34,38 @@ pub const NAMES: [(&str, &str); 9] = [
 pub const ROPE_LONG: &str = "rope_factors_long.weight";
 pub const ROPE_SHORT: &str = "rope_factors_short.weight";
 
+/// The Phi-3 family.
+pub(crate) struct Phi3;
+
+impl Family for Phi3 {
+    fn resolve(&self, c: &HfConfig) -> Result<ModelConfig, ConfigError> {
+        resolve(c)
+    }
+
+    fn gguf_config(&self, m: &Meta<'_, '_>, hf: &mut HfConfig) -> Result<(), LoadError> {
+        gguf_config(m, hf)
+    }
+
+    fn layer_names(&self) -> &'static [(&'static str, &'static str)] {
+        &NAMES
+    }
+
+    fn norms(&self) -> &'static [&'static str] {
+        &llama::NORMS
+    }
+
+    fn load_layer(
+        &self,
+        c: &ModelConfig,
+        i: usize,
+        ckpt: &mut dyn Tensors,
+    ) -> Result<Arc<dyn Layer>, LoadError> {
+        Ok(Arc::new(llama::Layer::load(c, i, ckpt)?))
+    }
+}
+
 /// Resolves a Phi-3 config.
-pub(crate) fn resolve(c: &HfConfig) -> Result<ModelConfig, ConfigError> {
+fn resolve(c: &HfConfig) -> Result<ModelConfig, ConfigError> {
     let mut config = ModelConfig::base(Arch::Phi3, c, 1e-5)?;
     config.fused_qkv = c.split_qkv != Some(true);
     config.fused_gate_up = true;
@@ -44,7 +77,7 @@ pub(crate) fn resolve(c: &HfConfig) -> Result<ModelConfig, ConfigError> {
 
 /// Phi-3's GGUF keys (partial rotary is read for every family): LongRoPE (factors arrive as tensors; placeholders until then), split
 /// or fused q/k/v.
-pub(crate) fn gguf_config(m: &Meta<'_, '_>, hf: &mut HfConfig) -> Result<(), LoadError> {
+fn gguf_config(m: &Meta<'_, '_>, hf: &mut HfConfig) -> Result<(), LoadError> {
     // The converter writes a null window as 0.
     hf.sliding_window = hf.sliding_window.filter(|&w| w > 0);
     hf.split_qkv = Some(m.tensor("blk.0.attn_qkv.weight").is_none());

@@ -5,13 +5,52 @@
 //! llama.cpp hard-codes that interval for `smollm3` files. Tensor names are Llama's ([`super::llama::NAMES`]),
 //! and llama.cpp's converter permutes q/k rows as for Llama.
 
-use super::Arch;
+use std::sync::Arc;
+
+use super::{Arch, Family, Layer, llama};
 use crate::loader::LoadError;
 use crate::model::config::{ConfigError, HfConfig, ModelConfig, invalid, positive};
 use crate::model::gguf::Meta;
+use crate::model::placed::Tensors;
+
+/// The SmolLM3 family.
+pub(crate) struct SmolLM3;
+
+impl Family for SmolLM3 {
+    fn resolve(&self, c: &HfConfig) -> Result<ModelConfig, ConfigError> {
+        resolve(c)
+    }
+
+    /// The NoPE interval llama.cpp assumes for `smollm3` files.
+    fn gguf_config(&self, _m: &Meta<'_, '_>, hf: &mut HfConfig) -> Result<(), LoadError> {
+        hf.no_rope_layer_interval = Some(4);
+        Ok(())
+    }
+
+    fn layer_names(&self) -> &'static [(&'static str, &'static str)] {
+        &llama::NAMES
+    }
+
+    fn norms(&self) -> &'static [&'static str] {
+        &llama::NORMS
+    }
+
+    fn gguf_permuted(&self) -> bool {
+        true
+    }
+
+    fn load_layer(
+        &self,
+        c: &ModelConfig,
+        i: usize,
+        ckpt: &mut dyn Tensors,
+    ) -> Result<Arc<dyn Layer>, LoadError> {
+        Ok(Arc::new(llama::Layer::load(c, i, ckpt)?))
+    }
+}
 
 /// Resolves a SmolLM3 config.
-pub(crate) fn resolve(c: &HfConfig) -> Result<ModelConfig, ConfigError> {
+fn resolve(c: &HfConfig) -> Result<ModelConfig, ConfigError> {
     let mut config = ModelConfig::base(Arch::SmolLM3, c, 1e-6)?;
     let n = config.num_layers;
     let uses_rope: Vec<bool> = match &c.no_rope_layers {
@@ -36,10 +75,4 @@ pub(crate) fn resolve(c: &HfConfig) -> Result<ModelConfig, ConfigError> {
         config.set_windows(c, window, |i| !uses_rope[i])?;
     }
     Ok(config)
-}
-
-/// The NoPE interval llama.cpp assumes for `smollm3` files.
-pub(crate) fn gguf_config(_m: &Meta<'_, '_>, hf: &mut HfConfig) -> Result<(), LoadError> {
-    hf.no_rope_layer_interval = Some(4);
-    Ok(())
 }

@@ -1,4 +1,4 @@
-//! The KV cache: keys and values of every layer, `[b, K, allocated, d]` each (`b` sequences, `K` key-value
+//! The KV cache: per layer what its [`CacheKind`] keeps — its own keys and values, `[b, K, allocated, d]` each (`b` sequences, `K` key-value
 //! heads, `d` head dim; f32, or f16 for the fused wgpu step on a device with `shader-f16`), grown in blocks of [`BLOCK`] positions as positions are appended (never allocated
 //! for the worst case: wasm memory never shrinks, so a preallocated 8192-position cache would stay
 //! resident for good), up to a `capacity` that bounds a request.
@@ -6,17 +6,33 @@
 //! Appending writes into the layer's tensor in place: the tensor is moved out of the cache while it is
 //! written (burn's `slice_assign` mutates a tensor whose buffer it holds alone, and copies one that is
 //! shared), so a decode step costs its new positions, not a copy of the cache.
+//!
+//! A layer that shares an earlier layer's keys and values ([`CacheKind::SharedKv`]) holds nothing: it
+//! attends to what that layer appended in the same forward. Growth, forks ([`KvCache::repeat_rows`],
+//! [`KvCache::keep_rows`]), copies for the prefix cache and byte counts go layer by layer through the kind.
 
 use burn::tensor::{DType, Device, Tensor};
+
+use crate::model::config::CacheKind;
 
 /// Positions added per growth step.
 pub const BLOCK: usize = 256;
 
+/// What one layer holds.
+// One per layer, moved only while it is written: the size of the tensors' handles costs nothing here.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone)]
+enum Held {
+    /// `(keys, values)`, `None` until the first append (and while the layer is written).
+    Own(Option<(Tensor<4>, Tensor<4>)>),
+    /// Layer `from`'s.
+    Shared(usize),
+}
+
 /// Keys and values of every layer for up to `capacity` positions.
 #[derive(Debug, Clone)]
 pub struct KvCache {
-    /// Per layer `(keys, values)`, `None` until the first append (and while a layer is written).
-    layers: Vec<Option<(Tensor<4>, Tensor<4>)>>,
+    layers: Vec<Held>,
     /// Positions filled so far.
     pub len: usize,
     /// The most positions this cache will hold.
@@ -56,8 +72,29 @@ impl KvCache {
         device: &Device,
         dtype: DType,
     ) -> Self {
+        let kinds = vec![CacheKind::Kv; layers];
+        Self::with_kinds(&kinds, batch, kv_heads, head_dim, capacity, device, dtype)
+    }
+
+    /// [`KvCache::with_dtype`] with each layer's [`CacheKind`] (a shared layer's `from` is an earlier
+    /// layer that holds its own, as `ModelConfig` checks).
+    pub fn with_kinds(
+        kinds: &[CacheKind],
+        batch: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        capacity: usize,
+        device: &Device,
+        dtype: DType,
+    ) -> Self {
         Self {
-            layers: vec![None; layers],
+            layers: kinds
+                .iter()
+                .map(|k| match *k {
+                    CacheKind::Kv => Held::Own(None),
+                    CacheKind::SharedKv { from } => Held::Shared(from),
+                })
+                .collect(),
             len: 0,
             capacity,
             allocated: 0,
@@ -89,15 +126,25 @@ impl KvCache {
         self.allocated
     }
 
+    /// Each layer's kind.
+    pub fn kinds(&self) -> Vec<CacheKind> {
+        self.layers
+            .iter()
+            .map(|h| match h {
+                Held::Own(_) => CacheKind::Kv,
+                Held::Shared(from) => CacheKind::SharedKv { from: *from },
+            })
+            .collect()
+    }
+
+    /// Layers that hold keys and values of their own.
+    fn owners(&self) -> usize {
+        self.layers.iter().filter(|h| matches!(h, Held::Own(_))).count()
+    }
+
     /// Bytes the cache's tensors take on the device.
     pub fn device_bytes(&self) -> usize {
-        self.elem_bytes()
-            * 2
-            * self.layers.len()
-            * self.batch
-            * self.kv_heads
-            * self.allocated
-            * self.head_dim
+        self.bytes_per_position() * self.allocated
     }
 
     /// Makes room for `t` positions, growing by whole blocks (capped at `capacity`). Existing positions
@@ -111,13 +158,15 @@ impl KvCache {
         let (b, k, d) = (self.batch, self.kv_heads, self.head_dim);
         let zeros = || Tensor::<4>::zeros([b, k, extra, d], (&self.device, self.dtype));
         for layer in &mut self.layers {
-            *layer = Some(match layer.take() {
-                None => (zeros(), zeros()),
-                Some((keys, values)) => (
-                    Tensor::cat(vec![keys, zeros()], 2),
-                    Tensor::cat(vec![values, zeros()], 2),
-                ),
-            });
+            if let Held::Own(held) = layer {
+                *held = Some(match held.take() {
+                    None => (zeros(), zeros()),
+                    Some((keys, values)) => (
+                        Tensor::cat(vec![keys, zeros()], 2),
+                        Tensor::cat(vec![values, zeros()], 2),
+                    ),
+                });
+            }
         }
         self.allocated = target;
     }
@@ -125,21 +174,30 @@ impl KvCache {
     /// Writes `k`, `v` (`[b, K, s, d]`) of `layer` at positions `len..len + s` and returns the layer's
     /// keys and values for positions `0..len + s`, each `[b, K, len + s, d]` (f32: from an f16 cache the
     /// earlier positions as held, the new ones as given). The caller advances
-    /// [`KvCache::len`] once every layer has been appended ([`KvCache::advance`]).
+    /// [`KvCache::len`] once every layer has been appended ([`KvCache::advance`]). A layer that shares
+    /// layer `from`'s keys and values writes nothing: it gets `from`'s for `0..len + s`, which `from`
+    /// appended earlier in the same forward (as held: f16-rounded in an f16 cache).
     pub fn append(&mut self, layer: usize, k: Tensor<4>, v: Tensor<4>) -> (Tensor<4>, Tensor<4>) {
         let [b, kv, s, d] = k.dims();
         let (pos, t) = (self.len, self.len + s);
         self.reserve(t);
-        let (keys, values) = match self.layers[layer].take() {
-            Some(kv) => kv,
-            None => unreachable!("reserve allocated every layer"),
+        if let Held::Shared(from) = self.layers[layer] {
+            let Held::Own(Some((keys, values))) = &self.layers[from] else {
+                unreachable!("a shared layer's source holds its own, allocated by reserve")
+            };
+            let read = |x: &Tensor<4>| x.clone().narrow(2, 0, t).cast(DType::F32);
+            return (read(keys), read(values));
+        }
+        let Held::Own(Some((keys, values))) = std::mem::replace(&mut self.layers[layer], Held::Own(None))
+        else {
+            unreachable!("reserve allocated every layer")
         };
         match self.dtype {
             DType::F32 => {
                 let keys = keys.slice_assign([0..b, 0..kv, pos..t, 0..d], k);
                 let values = values.slice_assign([0..b, 0..kv, pos..t, 0..d], v);
                 let out = (keys.clone().narrow(2, 0, t), values.clone().narrow(2, 0, t));
-                self.layers[layer] = Some((keys, values));
+                self.layers[layer] = Held::Own(Some((keys, values)));
                 out
             }
             // An f16 cache: the new positions are attended to as computed (f32), the cached ones as
@@ -155,7 +213,7 @@ impl KvCache {
                 };
                 let keys = keys.slice_assign([0..b, 0..kv, pos..t, 0..d], k.cast(self.dtype));
                 let values = values.slice_assign([0..b, 0..kv, pos..t, 0..d], v.cast(self.dtype));
-                self.layers[layer] = Some((keys, values));
+                self.layers[layer] = Held::Own(Some((keys, values)));
                 out
             }
         }
@@ -164,11 +222,13 @@ impl KvCache {
     /// Makes room for `s` more positions and returns layer `layer`'s keys and values, `[b, K, allocated,
     /// d]` each, for a kernel that writes positions `len..len + s` into them itself (the fused wgpu decode
     /// step; see [`crate::kernels::gpu::decode`]). The caller advances [`KvCache::len`] afterwards.
+    /// Only for layers with their own keys and values (the fused step runs no shared layer).
     pub fn slots(&mut self, layer: usize, s: usize) -> (&mut Tensor<4>, &mut Tensor<4>) {
         self.reserve(self.len + s);
         match &mut self.layers[layer] {
-            Some((keys, values)) => (keys, values),
-            None => unreachable!("reserve allocated every layer"),
+            Held::Own(Some((keys, values))) => (keys, values),
+            Held::Own(None) => unreachable!("reserve allocated every layer"),
+            Held::Shared(_) => unreachable!("the fused step runs only layers with their own cache"),
         }
     }
 
@@ -182,9 +242,10 @@ impl KvCache {
         self.len = self.len.min(len);
     }
 
-    /// Bytes one cached position takes over every layer and row (keys and values).
+    /// Bytes one cached position takes over every layer and row (keys and values; a shared layer's are
+    /// its source's).
     pub fn bytes_per_position(&self) -> usize {
-        self.elem_bytes() * 2 * self.layers.len() * self.batch * self.kv_heads * self.head_dim
+        self.elem_bytes() * 2 * self.owners() * self.batch * self.kv_heads * self.head_dim
     }
 
     /// A cache of its own (new tensors: writing into one never touches the other) holding row 0's
@@ -192,8 +253,8 @@ impl KvCache {
     /// cache's capacity.
     pub fn copy_prefix(&self, len: usize) -> KvCache {
         let len = len.min(self.len);
-        let mut out = KvCache::with_dtype(
-            self.layers.len(),
+        let mut out = KvCache::with_kinds(
+            &self.kinds(),
             1,
             self.kv_heads,
             self.head_dim,
@@ -207,7 +268,9 @@ impl KvCache {
         out.reserve(len);
         let (k, d) = (self.kv_heads, self.head_dim);
         for (mine, theirs) in out.layers.iter_mut().zip(&self.layers) {
-            if let (Some((keys, values)), Some((src_k, src_v))) = (mine.take(), theirs) {
+            if let (Held::Own(mine), Held::Own(Some((src_k, src_v)))) = (mine, theirs)
+                && let Some((keys, values)) = mine.take()
+            {
                 let part = |t: &Tensor<4>| t.clone().narrow(0, 0, 1).narrow(2, 0, len);
                 *mine = Some((
                     keys.slice_assign([0..1, 0..k, 0..len, 0..d], part(src_k)),
@@ -240,7 +303,9 @@ impl KvCache {
 
     fn map_rows(&mut self, batch: usize, f: impl Fn(Tensor<4>) -> Tensor<4>) {
         for layer in &mut self.layers {
-            *layer = layer.take().map(|(k, v)| (f(k), f(v)));
+            if let Held::Own(held) = layer {
+                *held = held.take().map(|(k, v)| (f(k), f(v)));
+            }
         }
         self.batch = batch;
     }
@@ -319,6 +384,55 @@ mod tests {
         let next = Tensor::<4>::from_data(TensorData::new(vec![5.0f32, 6.0], [2, 1, 1, 1]), &device);
         let (keys, _) = cache.append(1, next.clone(), next);
         assert_eq!(read(keys), [2.0, 5.0, 0.0, 6.0]);
+    }
+
+    /// A layer sharing an earlier layer's cache reads what that layer appended, holds no bytes of its
+    /// own, and keeps its kind through copies and forks.
+    #[test]
+    fn a_shared_layer_reads_its_source() {
+        let device = Device::flex();
+        let kinds = [CacheKind::Kv, CacheKind::Kv, CacheKind::SharedKv { from: 0 }];
+        let mut cache = KvCache::with_kinds(&kinds, 2, 1, 1, 8, &device, DType::F32);
+        let rows = |v: [f32; 2]| Tensor::<4>::from_data(TensorData::new(v.to_vec(), [2, 1, 1, 1]), &device);
+        cache.append(0, rows([1.0, 2.0]), rows([-1.0, -2.0]));
+        cache.append(1, rows([3.0, 4.0]), rows([-3.0, -4.0]));
+        let (keys, values) = cache.append(2, rows([9.0, 9.0]), rows([9.0, 9.0]));
+        assert_eq!((read(keys), read(values)), (vec![1.0, 2.0], vec![-1.0, -2.0]));
+        cache.advance(1);
+        assert_eq!(
+            cache.device_bytes(),
+            4 * 2 * 2 * 2 * 8,
+            "two layers of their own, 2 rows, 8 positions"
+        );
+        assert_eq!(cache.bytes_per_position(), 4 * 2 * 2 * 2);
+        cache.append(0, rows([5.0, 6.0]), rows([0.0, 0.0]));
+        let (keys, _) = cache.append(2, rows([9.0, 9.0]), rows([9.0, 9.0]));
+        assert_eq!(read(keys), [1.0, 5.0, 2.0, 6.0]);
+        cache.advance(1);
+        let copy = cache.copy_prefix(2);
+        assert_eq!(copy.kinds(), kinds);
+        assert_eq!((copy.batch(), copy.len), (1, 2));
+        cache.keep_rows(&[1]);
+        let mut copy = copy;
+        for c in [&mut cache, &mut copy] {
+            let one = Tensor::<4>::zeros([1, 1, 1, 1], &device);
+            c.append(0, one.clone(), one.clone());
+            let (keys, _) = c.append(2, one.clone(), one);
+            assert_eq!(keys.dims(), [1, 1, 3, 1]);
+            c.advance(1);
+        }
+        assert_eq!(
+            read(
+                cache
+                    .append(
+                        2,
+                        Tensor::zeros([1, 1, 0, 1], &device),
+                        Tensor::zeros([1, 1, 0, 1], &device)
+                    )
+                    .0
+            ),
+            [2.0, 6.0, 0.0]
+        );
     }
 }
 
