@@ -4,7 +4,10 @@
 //! checkpoint whose bytes are all there), [`Staged`] holds tensors placed as they arrived (a file
 //! streamed in pieces, in its own order).
 //!
-//! Shapes: a vector is `[n]`; a matrix `[out, in]`.
+//! Tensors of higher rank (a vision tower's convolution `[out, in, kh, kw]`, position tables) are placed
+//! dense in f32 and taken through [`dense`] at the rank the caller names.
+//!
+//! Shapes: a vector is `[n]`; a matrix `[out, in]`; a dense tensor any shape, row-major.
 
 use std::collections::BTreeMap;
 
@@ -20,18 +23,25 @@ pub enum Placed {
     Vector(Box<Tensor<1>>),
     /// `[out, in]`.
     Matrix(Matrix),
+    /// Rank 3 or more, in f32: its elements `[n]` in row-major order, and its shape.
+    Dense { flat: Box<Tensor<1>>, shape: Vec<usize> },
 }
 
 impl Placed {
-    /// Places a 1-D or 2-D checkpoint tensor on `device`. Other ranks are a shape error naming the tensor.
+    /// Places a checkpoint tensor on `device`: 1-D as a vector, 2-D as a matrix, higher ranks dense. A
+    /// tensor of rank 0 is a shape error naming it.
     pub fn new(name: &str, raw: &RawTensor<'_>, device: &Device) -> Result<Self, LoadError> {
         match raw.shape.as_slice() {
             &[_] => Ok(Self::Vector(Box::new(vector(raw, device)))),
             &[_, _] => Ok(Self::Matrix(Matrix::load(name, raw, device)?)),
-            other => Err(LoadError::Shape {
+            [] => Err(LoadError::Shape {
                 name: name.into(),
-                expected: vec![],
-                actual: other.to_vec(),
+                expected: vec![1],
+                actual: vec![],
+            }),
+            shape => Ok(Self::Dense {
+                flat: Box::new(vector(raw, device)),
+                shape: shape.to_vec(),
             }),
         }
     }
@@ -40,8 +50,20 @@ impl Placed {
         match self {
             Self::Vector(v) => v.dims().to_vec(),
             Self::Matrix(m) => m.dims().to_vec(),
+            Self::Dense { shape, .. } => shape.clone(),
         }
     }
+}
+
+/// Takes tensor `name` of `shape` (rank 1, or 3 and more; a matrix is [`Tensors::matrix`]) from `ckpt` as
+/// a dense f32 tensor.
+pub fn dense<const D: usize>(
+    ckpt: &mut dyn Tensors,
+    name: &str,
+    shape: [usize; D],
+) -> Result<Tensor<D>, LoadError> {
+    const { assert!(D != 2, "matrices are taken with `Tensors::matrix`") };
+    Ok(ckpt.flat(name, &shape)?.reshape(shape))
 }
 
 /// A 1-D checkpoint tensor (a norm, a bias) as an f32 vector on `device`.
@@ -59,6 +81,9 @@ pub trait Tensors {
     fn vector(&mut self, name: &str, n: usize) -> Result<Tensor<1>, LoadError>;
     /// The `[out, in]` tensor `name`.
     fn matrix(&mut self, name: &str, shape: [usize; 2]) -> Result<Matrix, LoadError>;
+    /// The elements `[n]` (row-major, f32) of tensor `name` of `shape`, of rank 1 or ≥ 3 ([`dense`] shapes
+    /// them; a matrix is an error naming it).
+    fn flat(&mut self, name: &str, shape: &[usize]) -> Result<Tensor<1>, LoadError>;
     /// The first tensor nobody took, if any.
     fn leftover(&self) -> Option<String>;
 }
@@ -90,6 +115,17 @@ impl Tensors for Placing<'_> {
     fn matrix(&mut self, name: &str, shape: [usize; 2]) -> Result<Matrix, LoadError> {
         let raw = self.weights.take(name, &shape)?;
         Matrix::load(name, &raw, &self.device)
+    }
+
+    fn flat(&mut self, name: &str, shape: &[usize]) -> Result<Tensor<1>, LoadError> {
+        if shape.len() == 2 {
+            return Err(LoadError::Shape {
+                name: format!("{name} (a matrix, not a dense tensor)"),
+                expected: shape.to_vec(),
+                actual: shape.to_vec(),
+            });
+        }
+        Ok(vector(&self.weights.take(name, shape)?, &self.device))
     }
 
     fn leftover(&self) -> Option<String> {
@@ -137,26 +173,76 @@ impl Tensors for Staged {
     fn vector(&mut self, name: &str, n: usize) -> Result<Tensor<1>, LoadError> {
         match self.take(name, &[n])? {
             Placed::Vector(v) => Ok(*v),
-            Placed::Matrix(m) => Err(LoadError::Shape {
-                name: name.into(),
-                expected: vec![n],
-                actual: m.dims().to_vec(),
-            }),
+            _ => unreachable!("a placed tensor of shape [n] is a vector"),
         }
     }
 
     fn matrix(&mut self, name: &str, shape: [usize; 2]) -> Result<Matrix, LoadError> {
         match self.take(name, &shape)? {
             Placed::Matrix(m) => Ok(m),
-            Placed::Vector(v) => Err(LoadError::Shape {
-                name: name.into(),
+            _ => unreachable!("a placed tensor of shape [out, in] is a matrix"),
+        }
+    }
+
+    fn flat(&mut self, name: &str, shape: &[usize]) -> Result<Tensor<1>, LoadError> {
+        match self.take(name, shape)? {
+            Placed::Vector(v) => Ok(*v),
+            Placed::Dense { flat, .. } => Ok(*flat),
+            Placed::Matrix(m) => Err(LoadError::Shape {
+                name: format!("{name} (a matrix, not a dense tensor)"),
                 expected: shape.to_vec(),
-                actual: v.dims().to_vec(),
+                actual: m.dims().to_vec(),
             }),
         }
     }
 
     fn leftover(&self) -> Option<String> {
         self.tensors.keys().next().cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::loader::quant::GgmlType;
+
+    /// A convolution weight `[out, in, kh, kw]` placed as it arrived (a streamed file) and taken from a
+    /// checkpoint when asked for gives the same dense tensor, row-major as stored.
+    #[test]
+    fn a_rank_4_tensor_is_placed_dense() {
+        let device = Device::flex();
+        let values: Vec<f32> = (0..2 * 3 * 2 * 2).map(|v| v as f32 * 0.5).collect();
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let raw = RawTensor {
+            ty: GgmlType::F32,
+            shape: vec![2, 3, 2, 2],
+            bytes: bytes.into(),
+        };
+        let mut staged = Staged::new();
+        staged.insert(
+            "patch.weight".into(),
+            Placed::new("patch.weight", &raw, &device).unwrap(),
+        );
+        let e = dense::<4>(&mut staged, "patch.weight", [2, 3, 4, 1]).unwrap_err();
+        assert!(
+            matches!(e, LoadError::Shape { ref actual, .. } if *actual == [2, 3, 2, 2]),
+            "{e}"
+        );
+        staged.insert(
+            "patch.weight".into(),
+            Placed::new("patch.weight", &raw, &device).unwrap(),
+        );
+        let t = dense::<4>(&mut staged, "patch.weight", [2, 3, 2, 2]).unwrap();
+        assert_eq!(t.dims(), [2, 3, 2, 2]);
+        let got = t
+            .narrow(0, 1, 1)
+            .narrow(1, 2, 1)
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
+        assert_eq!(got, values[20..24]);
+        assert!(staged.leftover().is_none());
+        let scalar = RawTensor { shape: vec![], ..raw };
+        assert!(Placed::new("s", &scalar, &device).is_err());
     }
 }
