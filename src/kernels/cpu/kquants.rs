@@ -29,6 +29,7 @@ use super::dot::dot_blocks256;
 use super::f16_at;
 use super::panel;
 use super::q32::KVALUES_IQ4NL;
+use crate::loader::quant::{BlockFormat, iq, k_high, k_low};
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 use {super::dot::simd, core::arch::wasm32::*};
 
@@ -74,7 +75,7 @@ fn scales_k4(s: &[u8], out: &mut Block) {
 
 /// `Q4_K`: returns `(d, dmin)`.
 #[inline(always)]
-pub fn decode_q4_k(b: &[u8; 144], out: &mut Block) -> (f32, f32) {
+pub fn decode_q4_k(b: &[u8; k_high::Q4_K::BYTES], out: &mut Block) -> (f32, f32) {
     scales_k4(&b[4..16], out);
     let qs = &b[16..144];
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
@@ -98,7 +99,7 @@ pub fn decode_q4_k(b: &[u8; 144], out: &mut Block) -> (f32, f32) {
 
 /// `Q5_K`.
 #[inline(always)]
-pub fn decode_q5_k(b: &[u8; 176], out: &mut Block) -> (f32, f32) {
+pub fn decode_q5_k(b: &[u8; k_high::Q5_K::BYTES], out: &mut Block) -> (f32, f32) {
     scales_k4(&b[4..16], out);
     let (qh, qs) = (&b[16..48], &b[48..176]);
     for g in 0..4 {
@@ -113,7 +114,7 @@ pub fn decode_q5_k(b: &[u8; 176], out: &mut Block) -> (f32, f32) {
 
 /// `Q6_K` (no minimum: `dmin = 0`).
 #[inline(always)]
-pub fn decode_q6_k(b: &[u8; 210], out: &mut Block) -> (f32, f32) {
+pub fn decode_q6_k(b: &[u8; k_high::Q6_K::BYTES], out: &mut Block) -> (f32, f32) {
     let (ql, qh, sc) = (&b[0..128], &b[128..192], &b[192..208]);
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     for h in 0..2 {
@@ -150,7 +151,7 @@ pub fn decode_q6_k(b: &[u8; 210], out: &mut Block) -> (f32, f32) {
 
 /// `Q3_K` (no minimum).
 #[inline(always)]
-pub fn decode_q3_k(b: &[u8; 110], out: &mut Block) -> (f32, f32) {
+pub fn decode_q3_k(b: &[u8; k_low::Q3_K::BYTES], out: &mut Block) -> (f32, f32) {
     let (hm, qs, s) = (&b[0..32], &b[32..96], &b[96..108]);
     let a = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
     let (a0, a1, t) = (a(0), a(1), a(2));
@@ -179,7 +180,7 @@ pub fn decode_q3_k(b: &[u8; 110], out: &mut Block) -> (f32, f32) {
 
 /// `Q2_K`.
 #[inline(always)]
-pub fn decode_q2_k(b: &[u8; 84], out: &mut Block) -> (f32, f32) {
+pub fn decode_q2_k(b: &[u8; k_low::Q2_K::BYTES], out: &mut Block) -> (f32, f32) {
     let (s, qs) = (&b[0..16], &b[16..80]);
     for ((sc, mn), &s) in out.sc.iter_mut().zip(&mut out.mn).zip(s) {
         (*sc, *mn) = (i16::from(s & 0xf), i16::from(s >> 4));
@@ -196,7 +197,7 @@ pub fn decode_q2_k(b: &[u8; 84], out: &mut Block) -> (f32, f32) {
 
 /// `IQ4_XS` (no minimum).
 #[inline(always)]
-pub fn decode_iq4_xs(b: &[u8; 136], out: &mut Block) -> (f32, f32) {
+pub fn decode_iq4_xs(b: &[u8; iq::IQ4_XS::BYTES], out: &mut Block) -> (f32, f32) {
     let sh = u16::from_le_bytes([b[2], b[3]]);
     let (sl, qs) = (&b[4..8], &b[8..136]);
     for ib in 0..8 {

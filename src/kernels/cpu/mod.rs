@@ -56,7 +56,7 @@ pub mod rows;
 pub mod split;
 pub mod team;
 
-use crate::loader::quant::GgmlType;
+use crate::loader::quant::{BlockFormat, GgmlType, float as fmt, iq, k_high, k_low, legacy};
 
 /// Whether [`matmul`] computes products for weights stored as `ty`.
 pub fn supports(ty: GgmlType) -> bool {
@@ -134,12 +134,12 @@ pub fn matmul_many(parts: &[split::Part<'_>], k: usize, x: &[f32], m: usize) -> 
 pub fn prepare(ty: GgmlType, x: &[f32], m: usize, k: usize) -> act::Prepared {
     use GgmlType::*;
     match ty {
-        Q4_0 => q32::prepare::<18, q32::Q4_0>(x, m, k),
-        Q4_1 => q32::prepare::<20, q32::Q4_1>(x, m, k),
-        Q5_0 => q32::prepare::<22, q32::Q5_0>(x, m, k),
-        Q5_1 => q32::prepare::<24, q32::Q5_1>(x, m, k),
-        Q8_0 => q32::prepare::<34, q32::Q8_0>(x, m, k),
-        IQ4_NL => q32::prepare::<18, q32::IQ4_NL>(x, m, k),
+        Q4_0 => q32::prepare::<{ legacy::Q4_0::BYTES }, q32::Q4_0>(x, m, k),
+        Q4_1 => q32::prepare::<{ legacy::Q4_1::BYTES }, q32::Q4_1>(x, m, k),
+        Q5_0 => q32::prepare::<{ legacy::Q5_0::BYTES }, q32::Q5_0>(x, m, k),
+        Q5_1 => q32::prepare::<{ legacy::Q5_1::BYTES }, q32::Q5_1>(x, m, k),
+        Q8_0 => q32::prepare::<{ legacy::Q8_0::BYTES }, q32::Q8_0>(x, m, k),
+        IQ4_NL => q32::prepare::<{ iq::IQ4_NL::BYTES }, q32::IQ4_NL>(x, m, k),
         Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS => kquants::prepare(x, m, k),
         _ => act::Prepared::F32,
     }
@@ -203,21 +203,21 @@ fn matmul_into(
     use q32::matmul_with as q_with;
     let y = &mut *y;
     match ty {
-        GgmlType::F32 => float::matmul_bytes::<4>(w, n, k, x, m, y, float::f32_le),
-        GgmlType::F16 => float::matmul_bytes::<2>(w, n, k, x, m, y, float::f16_le),
-        GgmlType::BF16 => float::matmul_bytes::<2>(w, n, k, x, m, y, float::bf16_le),
-        GgmlType::Q4_0 => q_with::<18, q32::Q4_0>(w, n, k, x, act, m, y),
-        GgmlType::Q4_1 => q_with::<20, q32::Q4_1>(w, n, k, x, act, m, y),
-        GgmlType::Q5_0 => q_with::<22, q32::Q5_0>(w, n, k, x, act, m, y),
-        GgmlType::Q5_1 => q_with::<24, q32::Q5_1>(w, n, k, x, act, m, y),
-        GgmlType::Q8_0 => q_with::<34, q32::Q8_0>(w, n, k, x, act, m, y),
-        GgmlType::IQ4_NL => q_with::<18, q32::IQ4_NL>(w, n, k, x, act, m, y),
-        GgmlType::Q2_K => k_with::<84>(w, n, k, x, act, m, y, decode_q2_k, None),
-        GgmlType::Q3_K => k_with::<110>(w, n, k, x, act, m, y, decode_q3_k, None),
-        GgmlType::Q4_K => k_with::<144>(w, n, k, x, act, m, y, decode_q4_k, FUSED_Q4_K),
-        GgmlType::Q5_K => k_with::<176>(w, n, k, x, act, m, y, decode_q5_k, None),
-        GgmlType::Q6_K => k_with::<210>(w, n, k, x, act, m, y, decode_q6_k, FUSED_Q6_K),
-        GgmlType::IQ4_XS => k_with::<136>(w, n, k, x, act, m, y, decode_iq4_xs, None),
+        GgmlType::F32 => float::matmul_bytes::<{ fmt::F32::BYTES }>(w, n, k, x, m, y, float::f32_le),
+        GgmlType::F16 => float::matmul_bytes::<{ fmt::F16::BYTES }>(w, n, k, x, m, y, float::f16_le),
+        GgmlType::BF16 => float::matmul_bytes::<{ fmt::BF16::BYTES }>(w, n, k, x, m, y, float::bf16_le),
+        GgmlType::Q4_0 => q_with::<{ legacy::Q4_0::BYTES }, q32::Q4_0>(w, n, k, x, act, m, y),
+        GgmlType::Q4_1 => q_with::<{ legacy::Q4_1::BYTES }, q32::Q4_1>(w, n, k, x, act, m, y),
+        GgmlType::Q5_0 => q_with::<{ legacy::Q5_0::BYTES }, q32::Q5_0>(w, n, k, x, act, m, y),
+        GgmlType::Q5_1 => q_with::<{ legacy::Q5_1::BYTES }, q32::Q5_1>(w, n, k, x, act, m, y),
+        GgmlType::Q8_0 => q_with::<{ legacy::Q8_0::BYTES }, q32::Q8_0>(w, n, k, x, act, m, y),
+        GgmlType::IQ4_NL => q_with::<{ iq::IQ4_NL::BYTES }, q32::IQ4_NL>(w, n, k, x, act, m, y),
+        GgmlType::Q2_K => k_with::<{ k_low::Q2_K::BYTES }>(w, n, k, x, act, m, y, decode_q2_k, None),
+        GgmlType::Q3_K => k_with::<{ k_low::Q3_K::BYTES }>(w, n, k, x, act, m, y, decode_q3_k, None),
+        GgmlType::Q4_K => k_with::<{ k_high::Q4_K::BYTES }>(w, n, k, x, act, m, y, decode_q4_k, FUSED_Q4_K),
+        GgmlType::Q5_K => k_with::<{ k_high::Q5_K::BYTES }>(w, n, k, x, act, m, y, decode_q5_k, None),
+        GgmlType::Q6_K => k_with::<{ k_high::Q6_K::BYTES }>(w, n, k, x, act, m, y, decode_q6_k, FUSED_Q6_K),
+        GgmlType::IQ4_XS => k_with::<{ iq::IQ4_XS::BYTES }>(w, n, k, x, act, m, y, decode_iq4_xs, None),
         #[allow(unreachable_patterns)]
         _ => {}
     }

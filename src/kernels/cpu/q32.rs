@@ -22,6 +22,7 @@ use super::dot::dot32;
 use super::dot::simd::{self, v128};
 use super::f16_at;
 use super::panel;
+use crate::loader::quant::{BlockFormat, iq, legacy};
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 use core::arch::wasm32::*;
 
@@ -139,22 +140,22 @@ fn nibbles5(qh: u32, qs: &[u8], q: &mut [i16; 32], offset: i16) {
 
 /// `Q4_0`.
 pub struct Q4_0;
-impl Format<18> for Q4_0 {
+impl Format<{ legacy::Q4_0::BYTES }> for Q4_0 {
     const HAS_MIN: bool = false;
     const NIBBLES: Option<(usize, f32)> = Some((2, 8.0));
     #[inline(always)]
-    fn decode(b: &[u8; 18], q: &mut [i16; 32]) -> (f32, f32) {
+    fn decode(b: &[u8; legacy::Q4_0::BYTES], q: &mut [i16; 32]) -> (f32, f32) {
         nibbles(&b[2..18], q, 8);
         (f16_at(b, 0), 0.0)
     }
     const DEQUANTIZE: bool = true;
     #[inline(always)]
-    fn dequantize(b: &[u8; 18], out: &mut [f32; 32]) {
+    fn dequantize(b: &[u8; legacy::Q4_0::BYTES], out: &mut [f32; 32]) {
         nibbles_f32(&b[2..18], out, f16_at(b, 0), 8.0, 0.0);
     }
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     #[inline(always)]
-    fn decode_v(b: &[u8; 18]) -> (v128, v128) {
+    fn decode_v(b: &[u8; legacy::Q4_0::BYTES]) -> (v128, v128) {
         let (lo, hi) = nibbles_v(b, 2);
         let e = i8x16_splat(8);
         (i8x16_sub(lo, e), i8x16_sub(hi, e))
@@ -163,40 +164,40 @@ impl Format<18> for Q4_0 {
 
 /// `Q4_1`.
 pub struct Q4_1;
-impl Format<20> for Q4_1 {
+impl Format<{ legacy::Q4_1::BYTES }> for Q4_1 {
     const HAS_MIN: bool = true;
     const NIBBLES: Option<(usize, f32)> = Some((4, 0.0));
     #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
     const REDUCE: bool = true;
     #[inline(always)]
-    fn decode(b: &[u8; 20], q: &mut [i16; 32]) -> (f32, f32) {
+    fn decode(b: &[u8; legacy::Q4_1::BYTES], q: &mut [i16; 32]) -> (f32, f32) {
         nibbles(&b[4..20], q, 0);
         (f16_at(b, 0), f16_at(b, 2))
     }
     const DEQUANTIZE: bool = true;
     #[inline(always)]
-    fn dequantize(b: &[u8; 20], out: &mut [f32; 32]) {
+    fn dequantize(b: &[u8; legacy::Q4_1::BYTES], out: &mut [f32; 32]) {
         nibbles_f32(&b[4..20], out, f16_at(b, 0), 0.0, f16_at(b, 2));
     }
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     #[inline(always)]
-    fn decode_v(b: &[u8; 20]) -> (v128, v128) {
+    fn decode_v(b: &[u8; legacy::Q4_1::BYTES]) -> (v128, v128) {
         nibbles_v(b, 4)
     }
 }
 
 /// `Q5_0`.
 pub struct Q5_0;
-impl Format<22> for Q5_0 {
+impl Format<{ legacy::Q5_0::BYTES }> for Q5_0 {
     const HAS_MIN: bool = false;
     #[inline(always)]
-    fn decode(b: &[u8; 22], q: &mut [i16; 32]) -> (f32, f32) {
+    fn decode(b: &[u8; legacy::Q5_0::BYTES], q: &mut [i16; 32]) -> (f32, f32) {
         nibbles5(u32::from_le_bytes([b[2], b[3], b[4], b[5]]), &b[6..22], q, 16);
         (f16_at(b, 0), 0.0)
     }
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     #[inline(always)]
-    fn decode_v(b: &[u8; 22]) -> (v128, v128) {
+    fn decode_v(b: &[u8; legacy::Q5_0::BYTES]) -> (v128, v128) {
         let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
         let (lo, hi) = nibbles_v(b, 6);
         let e = i8x16_splat(16);
@@ -208,16 +209,16 @@ impl Format<22> for Q5_0 {
 
 /// `Q5_1`.
 pub struct Q5_1;
-impl Format<24> for Q5_1 {
+impl Format<{ legacy::Q5_1::BYTES }> for Q5_1 {
     const HAS_MIN: bool = true;
     #[inline(always)]
-    fn decode(b: &[u8; 24], q: &mut [i16; 32]) -> (f32, f32) {
+    fn decode(b: &[u8; legacy::Q5_1::BYTES], q: &mut [i16; 32]) -> (f32, f32) {
         nibbles5(u32::from_le_bytes([b[4], b[5], b[6], b[7]]), &b[8..24], q, 0);
         (f16_at(b, 0), f16_at(b, 2))
     }
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     #[inline(always)]
-    fn decode_v(b: &[u8; 24]) -> (v128, v128) {
+    fn decode_v(b: &[u8; legacy::Q5_1::BYTES]) -> (v128, v128) {
         let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
         let (lo, hi) = nibbles_v(b, 8);
         (v128_or(lo, fifth_bits_v(qh)), v128_or(hi, fifth_bits_v(qh >> 16)))
@@ -226,12 +227,12 @@ impl Format<24> for Q5_1 {
 
 /// `Q8_0`.
 pub struct Q8_0;
-impl Format<34> for Q8_0 {
+impl Format<{ legacy::Q8_0::BYTES }> for Q8_0 {
     const HAS_MIN: bool = false;
     #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
     const REDUCE: bool = true;
     #[inline(always)]
-    fn decode(b: &[u8; 34], q: &mut [i16; 32]) -> (f32, f32) {
+    fn decode(b: &[u8; legacy::Q8_0::BYTES], q: &mut [i16; 32]) -> (f32, f32) {
         for (q, &v) in q.iter_mut().zip(&b[2..34]) {
             *q = i16::from(v as i8);
         }
@@ -239,7 +240,7 @@ impl Format<34> for Q8_0 {
     }
     const DEQUANTIZE: bool = true;
     #[inline(always)]
-    fn dequantize(b: &[u8; 34], out: &mut [f32; 32]) {
+    fn dequantize(b: &[u8; legacy::Q8_0::BYTES], out: &mut [f32; 32]) {
         let d = f16_at(b, 0);
         let q = b[2..34].as_chunks::<8>().0;
         for (o, q) in out.as_chunks_mut::<8>().0.iter_mut().zip(q) {
@@ -248,17 +249,17 @@ impl Format<34> for Q8_0 {
     }
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     #[inline(always)]
-    fn decode_v(b: &[u8; 34]) -> (v128, v128) {
+    fn decode_v(b: &[u8; legacy::Q8_0::BYTES]) -> (v128, v128) {
         (simd::load16(&b[2..]), simd::load16(&b[18..]))
     }
 }
 
 /// `IQ4_NL`.
 pub struct IQ4_NL;
-impl Format<18> for IQ4_NL {
+impl Format<{ iq::IQ4_NL::BYTES }> for IQ4_NL {
     const HAS_MIN: bool = false;
     #[inline(always)]
-    fn decode(b: &[u8; 18], q: &mut [i16; 32]) -> (f32, f32) {
+    fn decode(b: &[u8; iq::IQ4_NL::BYTES], q: &mut [i16; 32]) -> (f32, f32) {
         for j in 0..16 {
             q[j] = i16::from(KVALUES_IQ4NL[usize::from(b[2 + j] & 0xf)]);
             q[j + 16] = i16::from(KVALUES_IQ4NL[usize::from(b[2 + j] >> 4)]);
@@ -267,7 +268,7 @@ impl Format<18> for IQ4_NL {
     }
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     #[inline(always)]
-    fn decode_v(b: &[u8; 18]) -> (v128, v128) {
+    fn decode_v(b: &[u8; iq::IQ4_NL::BYTES]) -> (v128, v128) {
         let (lo, hi) = nibbles_v(b, 2);
         let t = simd::load16(&KVALUES_IQ4NL.map(|v| v as u8));
         (i8x16_swizzle(t, lo), i8x16_swizzle(t, hi))

@@ -15,44 +15,50 @@
 
 use cubecl::prelude::*;
 
-/// `enum ggml_type` ids of the formats the kernels read.
+/// `enum ggml_type` ids of the formats the kernels read (as `loader::quant` numbers them).
 pub(crate) mod id {
-    pub const F32: u32 = 0;
-    pub const F16: u32 = 1;
-    pub const Q4_0: u32 = 2;
-    pub const Q4_1: u32 = 3;
-    pub const Q5_0: u32 = 6;
-    pub const Q5_1: u32 = 7;
-    pub const Q8_0: u32 = 8;
-    pub const Q2_K: u32 = 10;
-    pub const Q3_K: u32 = 11;
-    pub const Q4_K: u32 = 12;
-    pub const Q5_K: u32 = 13;
-    pub const Q6_K: u32 = 14;
-    pub const IQ4_NL: u32 = 20;
-    pub const IQ4_XS: u32 = 23;
-    pub const BF16: u32 = 30;
+    use crate::loader::quant::GgmlType;
+    pub const F32: u32 = GgmlType::F32.id();
+    pub const F16: u32 = GgmlType::F16.id();
+    pub const Q4_0: u32 = GgmlType::Q4_0.id();
+    pub const Q4_1: u32 = GgmlType::Q4_1.id();
+    pub const Q5_0: u32 = GgmlType::Q5_0.id();
+    pub const Q5_1: u32 = GgmlType::Q5_1.id();
+    pub const Q8_0: u32 = GgmlType::Q8_0.id();
+    pub const Q2_K: u32 = GgmlType::Q2_K.id();
+    pub const Q3_K: u32 = GgmlType::Q3_K.id();
+    pub const Q4_K: u32 = GgmlType::Q4_K.id();
+    pub const Q5_K: u32 = GgmlType::Q5_K.id();
+    pub const Q6_K: u32 = GgmlType::Q6_K.id();
+    pub const IQ4_NL: u32 = GgmlType::IQ4_NL.id();
+    pub const IQ4_XS: u32 = GgmlType::IQ4_XS.id();
+    pub const BF16: u32 = GgmlType::BF16.id();
 }
 
-/// Elements and bytes per block of a format, `None` for one the kernels do not read.
+/// Elements and bytes per block of a format (as `loader::quant` lays it out), `None` for one the kernels
+/// do not read.
 pub(crate) fn block_layout(fmt: u32) -> Option<(usize, usize)> {
-    Some(match fmt {
-        id::F32 => (1, 4),
-        id::F16 | id::BF16 => (1, 2),
-        id::Q4_0 => (32, 18),
-        id::Q4_1 => (32, 20),
-        id::Q5_0 => (32, 22),
-        id::Q5_1 => (32, 24),
-        id::Q8_0 => (32, 34),
-        id::IQ4_NL => (32, 18),
-        id::Q2_K => (256, 84),
-        id::Q3_K => (256, 110),
-        id::Q4_K => (256, 144),
-        id::Q5_K => (256, 176),
-        id::Q6_K => (256, 210),
-        id::IQ4_XS => (256, 136),
-        _ => return None,
-    })
+    use crate::loader::quant::GgmlType;
+    let ty = GgmlType::from_id(fmt)?;
+    let read = matches!(
+        fmt,
+        id::F32
+            | id::F16
+            | id::BF16
+            | id::Q4_0
+            | id::Q4_1
+            | id::Q5_0
+            | id::Q5_1
+            | id::Q8_0
+            | id::IQ4_NL
+            | id::Q2_K
+            | id::Q3_K
+            | id::Q4_K
+            | id::Q5_K
+            | id::Q6_K
+            | id::IQ4_XS
+    );
+    read.then(|| (ty.block_elems(), ty.block_bytes()))
 }
 
 /// Byte `off` of the buffer, in the low 8 bits.

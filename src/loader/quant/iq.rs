@@ -75,7 +75,8 @@ fn decode32(qs: &[u8], dl: f32, out: &mut [f32]) {
 impl BlockFormat for IQ4_NL {
     const TYPE: GgmlType = GgmlType::IQ4_NL;
     const ELEMS: usize = 32;
-    const BYTES: usize = 18;
+    /// d: f16, qs: nibbles (ggml-common.h's `block_iq4_nl`).
+    const BYTES: usize = 2 + 32 / 2;
 
     fn dequantize_block(b: &[u8], out: &mut [f32]) {
         decode32(&b[2..18], f16_at(b, 0), out);
@@ -89,7 +90,8 @@ impl BlockFormat for IQ4_NL {
 impl BlockFormat for IQ4_XS {
     const TYPE: GgmlType = GgmlType::IQ4_XS;
     const ELEMS: usize = QK_K;
-    const BYTES: usize = 136;
+    /// d: f16, scales_h: u16, scales_l, qs: nibbles (ggml-common.h's `block_iq4_xs`).
+    const BYTES: usize = 2 + 2 + QK_K / 64 + QK_K / 2;
 
     fn dequantize_block(b: &[u8], out: &mut [f32]) {
         let d = f16_at(b, 0);
@@ -224,6 +226,10 @@ impl Quantize for IQ4_XS {
         sh.copy_from_slice(&scales_h.to_le_bytes());
     }
 }
+
+// ggml-common.h's `static_assert`s of the blocks' sizes.
+const _: () = assert!(IQ4_NL::BYTES == 18);
+const _: () = assert!(IQ4_XS::BYTES == 136);
 
 #[cfg(test)]
 mod tests {

@@ -124,7 +124,8 @@ fn bad_d_dmin(b: &[u8]) -> Option<&'static str> {
 impl BlockFormat for Q4_K {
     const TYPE: GgmlType = GgmlType::Q4_K;
     const ELEMS: usize = QK_K;
-    const BYTES: usize = 144;
+    /// d, dmin: f16, scales: 12 bytes, qs: nibbles (ggml-common.h's `block_q4_k`).
+    const BYTES: usize = 2 * 2 + 12 + QK_K / 2;
 
     fn dequantize_block(b: &[u8], out: &mut [f32]) {
         let sm = k4_scales(b);
@@ -159,7 +160,8 @@ impl Quantize for Q4_K {
 impl BlockFormat for Q5_K {
     const TYPE: GgmlType = GgmlType::Q5_K;
     const ELEMS: usize = QK_K;
-    const BYTES: usize = 176;
+    /// d, dmin: f16, scales: 12 bytes, qh, qs: nibbles (ggml-common.h's `block_q5_k`).
+    const BYTES: usize = 2 * 2 + 12 + QK_K / 8 + QK_K / 2;
 
     fn dequantize_block(b: &[u8], out: &mut [f32]) {
         let sm = k4_scales(b);
@@ -205,7 +207,8 @@ impl Quantize for Q5_K {
 impl BlockFormat for Q6_K {
     const TYPE: GgmlType = GgmlType::Q6_K;
     const ELEMS: usize = QK_K;
-    const BYTES: usize = 210;
+    /// ql: nibbles, qh: 2 bits each, scales: i8, d: f16 (ggml-common.h's `block_q6_k`).
+    const BYTES: usize = QK_K / 2 + QK_K / 4 + QK_K / 16 + 2;
 
     fn dequantize_block(b: &[u8], out: &mut [f32]) {
         let (ql, qh, sc) = (&b[0..128], &b[128..192], &b[192..208]);
@@ -282,7 +285,8 @@ impl Quantize for Q6_K {
 impl BlockFormat for Q8_K {
     const TYPE: GgmlType = GgmlType::Q8_K;
     const ELEMS: usize = QK_K;
-    const BYTES: usize = 292;
+    /// d: f32, qs: i8 each, bsums: i16 per 16 (ggml-common.h's `block_q8_k`).
+    const BYTES: usize = 4 + QK_K + 2 * (QK_K / 16);
 
     fn dequantize_block(b: &[u8], out: &mut [f32]) {
         let d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
@@ -324,3 +328,9 @@ impl Quantize for Q8_K {
         out[0..4].copy_from_slice(&(1.0 / iscale).to_le_bytes());
     }
 }
+
+// ggml-common.h's `static_assert`s of the blocks' sizes.
+const _: () = assert!(Q5_K::BYTES == 176);
+const _: () = assert!(Q8_K::BYTES == 292);
+const _: () = assert!(Q4_K::BYTES == 144);
+const _: () = assert!(Q6_K::BYTES == 210);

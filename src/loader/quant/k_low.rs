@@ -48,7 +48,8 @@ fn pack_2bit(l: &[u8; QK_K], qs: &mut [u8]) {
 impl BlockFormat for Q2_K {
     const TYPE: GgmlType = GgmlType::Q2_K;
     const ELEMS: usize = QK_K;
-    const BYTES: usize = 84;
+    /// scales, qs: 2 bits each, d, dmin: f16 (ggml-common.h's `block_q2_k`).
+    const BYTES: usize = QK_K / 16 + QK_K / 4 + 2 * 2;
 
     fn dequantize_block(b: &[u8], out: &mut [f32]) {
         let (scales, qs) = (&b[0..16], &b[16..80]);
@@ -139,7 +140,8 @@ fn q3_scale(scales: &[u8], s: usize) -> i32 {
 impl BlockFormat for Q3_K {
     const TYPE: GgmlType = GgmlType::Q3_K;
     const ELEMS: usize = QK_K;
-    const BYTES: usize = 110;
+    /// hmask, qs: 2 bits each, scales: 12 bytes, d: f16 (ggml-common.h's `block_q3_k`).
+    const BYTES: usize = QK_K / 8 + QK_K / 4 + 12 + 2;
 
     fn dequantize_block(b: &[u8], out: &mut [f32]) {
         let (hmask, qs, scales) = (&b[0..32], &b[32..96], &b[96..108]);
@@ -214,3 +216,7 @@ impl Quantize for Q3_K {
         pack_2bit(&low, qs);
     }
 }
+
+// ggml-common.h's `static_assert`s of the blocks' sizes.
+const _: () = assert!(Q3_K::BYTES == 110);
+const _: () = assert!(Q2_K::BYTES == 84);

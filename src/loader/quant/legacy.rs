@@ -89,7 +89,8 @@ fn q5(qs: &[u8], qh: u32, j: usize) -> u8 {
 impl BlockFormat for Q4_0 {
     const TYPE: GgmlType = GgmlType::Q4_0;
     const ELEMS: usize = QK;
-    const BYTES: usize = 18;
+    /// d: f16, qs: 16 bytes of nibbles (ggml-common.h's `block_q4_0`).
+    const BYTES: usize = 2 + QK / 2;
 
     fn dequantize_block(b: &[u8], out: &mut [f32]) {
         let d = f16_at(b, 0);
@@ -120,7 +121,8 @@ impl Quantize for Q4_0 {
 impl BlockFormat for Q4_1 {
     const TYPE: GgmlType = GgmlType::Q4_1;
     const ELEMS: usize = QK;
-    const BYTES: usize = 20;
+    /// d, m: f16, qs: nibbles (ggml-common.h's `block_q4_1`).
+    const BYTES: usize = 2 * 2 + QK / 2;
 
     fn dequantize_block(b: &[u8], out: &mut [f32]) {
         let (d, m) = (f16_at(b, 0), f16_at(b, 2));
@@ -153,7 +155,8 @@ impl Quantize for Q4_1 {
 impl BlockFormat for Q5_0 {
     const TYPE: GgmlType = GgmlType::Q5_0;
     const ELEMS: usize = QK;
-    const BYTES: usize = 22;
+    /// d: f16, qh: u32, qs: nibbles (ggml-common.h's `block_q5_0`).
+    const BYTES: usize = 2 + 4 + QK / 2;
 
     fn dequantize_block(b: &[u8], out: &mut [f32]) {
         let d = f16_at(b, 0);
@@ -195,7 +198,8 @@ impl Quantize for Q5_0 {
 impl BlockFormat for Q5_1 {
     const TYPE: GgmlType = GgmlType::Q5_1;
     const ELEMS: usize = QK;
-    const BYTES: usize = 24;
+    /// d, m: f16, qh: u32, qs: nibbles (ggml-common.h's `block_q5_1`).
+    const BYTES: usize = 2 * 2 + 4 + QK / 2;
 
     fn dequantize_block(b: &[u8], out: &mut [f32]) {
         let (d, m) = (f16_at(b, 0), f16_at(b, 2));
@@ -227,7 +231,8 @@ impl Quantize for Q5_1 {
 impl BlockFormat for Q8_0 {
     const TYPE: GgmlType = GgmlType::Q8_0;
     const ELEMS: usize = QK;
-    const BYTES: usize = 34;
+    /// d: f16, qs: i8 each (ggml-common.h's `block_q8_0`).
+    const BYTES: usize = 2 + QK;
 
     fn dequantize_block(b: &[u8], out: &mut [f32]) {
         let d = f16_at(b, 0);
@@ -252,3 +257,10 @@ impl Quantize for Q8_0 {
         }
     }
 }
+
+// ggml-common.h's `static_assert`s of the blocks' sizes.
+const _: () = assert!(Q4_1::BYTES == 20);
+const _: () = assert!(Q5_1::BYTES == 24);
+const _: () = assert!(Q4_0::BYTES == 18);
+const _: () = assert!(Q5_0::BYTES == 22);
+const _: () = assert!(Q8_0::BYTES == 34);

@@ -231,28 +231,11 @@ impl GgmlType {
     /// The type for a GGML type id (`enum ggml_type` in `ggml.h`); `None` for ids kiln does not read
     /// (including `Q8_K`, 15).
     pub fn from_id(id: u32) -> Option<Self> {
-        Some(match id {
-            0 => Self::F32,
-            1 => Self::F16,
-            2 => Self::Q4_0,
-            3 => Self::Q4_1,
-            6 => Self::Q5_0,
-            7 => Self::Q5_1,
-            8 => Self::Q8_0,
-            10 => Self::Q2_K,
-            11 => Self::Q3_K,
-            12 => Self::Q4_K,
-            13 => Self::Q5_K,
-            14 => Self::Q6_K,
-            20 => Self::IQ4_NL,
-            23 => Self::IQ4_XS,
-            30 => Self::BF16,
-            _ => return None,
-        })
+        Self::ALL.into_iter().find(|t| t.id() == id && *t != Self::Q8_K)
     }
 
     /// The GGML type id (`enum ggml_type`).
-    pub fn id(self) -> u32 {
+    pub const fn id(self) -> u32 {
         match self {
             Self::F32 => 0,
             Self::F16 => 1,
