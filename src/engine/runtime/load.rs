@@ -169,7 +169,12 @@ fn stage(g: &Gguf<'static>, device: &Device, limit: Option<u64>) -> Result<Stagi
     let config = gguf_model::config_from_metadata(g)?;
     let tokenizer = ModelTokenizer::from_gguf(g)?;
     let fixups = gguf_model::fixups(&config);
-    let expected: BTreeMap<String, Vec<usize>> = config.arch.family().checkpoint_shapes(&config).into_iter().collect();
+    let expected: BTreeMap<String, Vec<usize>> = config
+        .arch
+        .family()
+        .checkpoint_shapes(&config)
+        .into_iter()
+        .collect();
     let mut names = BTreeMap::new();
     for (name, info) in &g.tensors {
         if CONFIG_TENSORS.contains(&name.as_str()) {

@@ -268,21 +268,15 @@ impl super::Layer for Layer {
     }
 
     fn linears(&self) -> Vec<&Linear> {
-        self.attn
-            .linears()
-            .into_iter()
-            .chain(self.mlp.linears())
-            .collect()
+        super::linears_of(&self.attn, &self.mlp)
     }
 
     fn step_parts(&self) -> Option<StepParts<'_>> {
-        Some(StepParts {
-            attn: &self.attn,
-            proj: super::split_projections(&self.attn, &self.mlp)?,
-            down: &self.mlp.down,
-            pre_attn: &self.pre_attn,
-            pre_mlp: &self.pre_ffw,
-            post: Some((&self.post_attn, &self.post_ffw)),
-        })
+        StepParts::of(
+            &self.attn,
+            &self.mlp,
+            (&self.pre_attn, &self.pre_ffw),
+            Some((&self.post_attn, &self.post_ffw)),
+        )
     }
 }

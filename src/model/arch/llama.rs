@@ -135,21 +135,10 @@ impl super::Layer for Layer {
     }
 
     fn linears(&self) -> Vec<&Linear> {
-        self.attn
-            .linears()
-            .into_iter()
-            .chain(self.mlp.linears())
-            .collect()
+        super::linears_of(&self.attn, &self.mlp)
     }
 
     fn step_parts(&self) -> Option<StepParts<'_>> {
-        Some(StepParts {
-            attn: &self.attn,
-            proj: super::split_projections(&self.attn, &self.mlp)?,
-            down: &self.mlp.down,
-            pre_attn: &self.attn_norm,
-            pre_mlp: &self.mlp_norm,
-            post: None,
-        })
+        StepParts::of(&self.attn, &self.mlp, (&self.attn_norm, &self.mlp_norm), None)
     }
 }

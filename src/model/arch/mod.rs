@@ -23,8 +23,9 @@ pub(crate) use family::{Family, Layer, StepParts};
 use burn::tensor::Tensor;
 
 use super::config::{ConfigError, HfConfig, ModelConfig};
-use super::layers::attention::Attention;
+use super::layers::attention::{Attention, Qkv};
 use super::layers::linear::Linear;
+use super::layers::mlp::{GateUp, Mlp};
 use super::placed::Tensors;
 use crate::loader::LoadError;
 use crate::model::gguf::Meta;
@@ -209,9 +210,7 @@ pub(crate) fn load_attention_mlp(
     i: usize,
     ckpt: &mut dyn Tensors,
     norm: impl Fn(Tensor<1>) -> Tensor<1>,
-) -> Result<(Attention, super::layers::mlp::Mlp), LoadError> {
-    use super::layers::attention::Qkv;
-    use super::layers::mlp::{GateUp, Mlp};
+) -> Result<(Attention, Mlp), LoadError> {
     let p = format!("model.layers.{i}");
     let (h, hd, inter) = (c.hidden_size, c.head_dim, c.intermediate_size);
     let (q, kv) = (c.num_heads * hd, c.num_kv_heads * hd);
@@ -262,15 +261,31 @@ pub(crate) fn load_attention_mlp(
     Ok((attn, mlp))
 }
 
-/// `(q, k, v, gate, up)` when they are separate projections, as the fused decode step takes them.
-pub(crate) fn split_projections<'a>(
-    attn: &'a Attention,
-    mlp: &'a super::layers::mlp::Mlp,
-) -> Option<[&'a Linear; 5]> {
-    use super::layers::attention::Qkv;
-    use super::layers::mlp::GateUp;
-    match (&attn.qkv, &mlp.gate_up) {
-        (Qkv::Split { q, k, v }, GateUp::Split { gate, up }) => Some([q, k, v, gate, up]),
-        _ => None,
+/// Every projection of an attention + MLP layer.
+pub(crate) fn linears_of<'a>(attn: &'a Attention, mlp: &'a Mlp) -> Vec<&'a Linear> {
+    attn.linears().into_iter().chain(mlp.linears()).collect()
+}
+
+impl<'a> StepParts<'a> {
+    /// An attention + MLP layer with these norms as the fused step runs it: `None` unless q, k, v and
+    /// gate, up are separate projections.
+    pub(crate) fn of(
+        attn: &'a Attention,
+        mlp: &'a Mlp,
+        (pre_attn, pre_mlp): (&'a Tensor<1>, &'a Tensor<1>),
+        post: Option<(&'a Tensor<1>, &'a Tensor<1>)>,
+    ) -> Option<Self> {
+        let proj = match (&attn.qkv, &mlp.gate_up) {
+            (Qkv::Split { q, k, v }, GateUp::Split { gate, up }) => [q, k, v, gate, up],
+            _ => return None,
+        };
+        Some(Self {
+            attn,
+            proj,
+            down: &mlp.down,
+            pre_attn,
+            pre_mlp,
+            post,
+        })
     }
 }
