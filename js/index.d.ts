@@ -78,8 +78,11 @@ export interface HfSource {
 export interface LoadOptions {
   /** The id requests name in `model`. */
   model: string;
-  /** A URL of a `.gguf` file, or its bytes; or a Hugging Face model's files. */
-  source: FileSource | HfSource;
+  /**
+   * A URL of a `.gguf` file, or its bytes; or the files of a model split by llama.cpp's `gguf-split`, in
+   * order (`…-00001-of-0000n.gguf` first); or a Hugging Face model's files.
+   */
+  source: FileSource | FileSource[] | HfSource;
   onProgress?: (progress: LoadProgress) => void;
   /** Keep the download in the Cache API, keyed by URL. */
   cache?: boolean;

@@ -236,57 +236,85 @@ async function download(items, cache, onProgress) {
 
 /** Slices of a bytes source handed to the loader, so that wasm memory never holds the whole file. */
 const PIECE = 16 << 20;
+/** Slices of a bytes source while its header is read (tensors that complete in them wait for the others' headers). */
+const HEADER_PIECE = 1 << 20;
 
 /**
- * Streams one GGUF file (URL through the Cache API when `cache` is on, or bytes) into a wasm loader on
- * `device`: each piece of the download is pushed as it arrives, each tensor goes to the device once its
- * bytes are in. Progress: `download` (bytes fetched), `parse` (the header read), `upload` (bytes of
- * tensors on the device), interleaved as the file streams.
+ * Streams a GGUF model — one file, or the files of a split model (llama.cpp's `gguf-split`) in order —
+ * (URLs through the Cache API when `cache` is on, or bytes) into a wasm loader on `device`: each file's
+ * first pieces until its header is in, then the rest of every file, each tensor going to the device once
+ * its bytes are in (nothing is placed before every header is checked). Progress: `download` (bytes
+ * fetched, over all files), `parse` (the headers read), `upload` (bytes of tensors on the device),
+ * interleaved as the files stream.
  */
-async function streamGguf({ KilnLoader }, model, source, { cache, device, onProgress }) {
-  const store = cache && globalThis.caches && isUrl(source) ? await caches.open('kiln-models') : null;
+async function streamGguf({ KilnLoader }, model, sources, { cache, device, onProgress }) {
+  const store = cache && globalThis.caches && sources.some(isUrl) ? await caches.open('kiln-models') : null;
   const writes = [];
-  const response = isUrl(source) ? await open(String(source), store, writes) : null;
-  const bytes = response ? null : asBytes(source);
-  let total = response ? Number(response.headers.get('content-length')) || 0 : bytes.length;
+  const files = [];
+  try {
+    for (const source of sources) {
+      const response = isUrl(source) ? await open(String(source), store, writes) : null;
+      files.push({ source, response, bytes: response ? null : asBytes(source), at: 0, reader: response?.body.getReader() });
+    }
+  } catch (e) {
+    for (const f of files) f.reader?.cancel().catch(() => {});
+    throw e;
+  }
+  let total = files.reduce((n, f) => n + (f.response ? Number(f.response.headers.get('content-length')) || 0 : f.bytes.length), 0);
   let loaded = 0;
   onProgress?.({ phase: 'download', loaded, total });
   let loader;
   try {
-    loader = await KilnLoader.gguf(device, uploadReporter(onProgress, Math.max(total, 1)));
+    loader = await KilnLoader.gguf(device, uploadReporter(onProgress, Math.max(total, 1)), files.length);
   } catch (e) {
+    for (const f of files) f.reader?.cancel().catch(() => {});
     throw toError(e);
   }
-  const reader = response?.body.getReader();
+  // The next piece of file `f` (null at its end).
+  const next = async (f, size) => {
+    if (f.bytes) {
+      if (f.at >= f.bytes.length) return null;
+      const piece = f.bytes.subarray(f.at, f.at + size);
+      f.at += piece.length;
+      return piece;
+    }
+    let r;
+    try {
+      r = await f.reader.read();
+    } catch (e) {
+      throw sourceError(`fetching \`source\` ${f.source} failed: ${e?.message ?? e}`, 'model_fetch_failed');
+    }
+    return r.done ? null : r.value;
+  };
+  const push = (i, piece) => {
+    loaded += piece.length;
+    // An unknown length (no content-length) is reported as total 0 until the end.
+    onProgress?.({ phase: 'download', loaded, total: total >= loaded ? total : 0 });
+    loader.pushTo(i, piece);
+  };
   try {
-    const push = (piece) => {
-      loaded += piece.length;
-      // An unknown length (no content-length) is reported as total 0 until the end.
-      onProgress?.({ phase: 'download', loaded, total: total >= loaded ? total : 0 });
-      loader.push(piece);
-    };
-    if (bytes) {
-      for (let at = 0; at < bytes.length; at += PIECE) push(bytes.subarray(at, at + PIECE));
-    } else {
-      for (;;) {
-        let next;
-        try {
-          next = await reader.read();
-        } catch (e) {
-          throw sourceError(`fetching \`source\` ${source} failed: ${e?.message ?? e}`, 'model_fetch_failed');
-        }
-        if (next.done) break;
-        push(next.value);
+    for (const [i, f] of files.entries()) {
+      while (!loader.headerIn(i)) {
+        const piece = await next(f, HEADER_PIECE);
+        if (!piece) break;
+        push(i, piece);
       }
+    }
+    for (const [i, f] of files.entries()) {
+      for (let piece = await next(f, PIECE); piece; piece = await next(f, PIECE)) push(i, piece);
     }
     total = loaded;
     onProgress?.({ phase: 'download', loaded: total, total });
     await Promise.all(writes);
     return loader.finish(model);
   } catch (e) {
-    // Stop the download (and its copy into the cache), and do not keep a file that failed to load.
-    reader?.cancel().catch(() => {});
-    if (store) await Promise.all(writes).then(() => store.delete(String(source))).catch(() => {});
+    // Stop the downloads (and their copies into the cache), and do not keep files that failed to load.
+    for (const f of files) f.reader?.cancel().catch(() => {});
+    if (store) {
+      await Promise.all(writes)
+        .then(() => Promise.all(files.filter((f) => f.response).map((f) => store.delete(String(f.source)))))
+        .catch(() => {});
+    }
     throw toError(e);
   } finally {
     loader.free();
@@ -354,6 +382,7 @@ export class Engine {
 
   /**
    * Loads a model. `source`: a URL of a `.gguf` file, or its bytes (`Uint8Array` / `ArrayBuffer`), or a
+   * list of them (a model split by llama.cpp's `gguf-split`: `…-00001-of-0000n.gguf` first), or a
    * Hugging Face model's files `{ config, tokenizer, tokenizerConfig?, chatTemplate?, generationConfig?,
    * index?, weights: [...] }` (URLs or bytes). `device`: `'webgpu'`, `'cpu'` or `'auto'` (WebGPU when there is
    * an adapter, else the CPU backend). `onProgress({ phase, loaded, total })`: `download` (bytes fetched),
@@ -392,11 +421,13 @@ export class Engine {
         throw toError(e);
       }
     }
-    if (quantize !== undefined && quantize !== null && (isUrl(source) || isBytes(source))) {
+    const ggufFiles = Array.isArray(source) && source.length > 0 && source.every((x) => isUrl(x) || isBytes(x));
+    if (quantize !== undefined && quantize !== null && (isUrl(source) || isBytes(source) || ggufFiles)) {
       throw new KilnError({ status: 422, error: { message: '`quantize` applies to Hugging Face (safetensors) sources; a GGUF file keeps the types it was quantized to', type: 'invalid_request_error', param: 'quantize', code: 'invalid_value' } });
     }
-    if (isUrl(source) || isBytes(source)) {
-      inner = await streamGguf(build.wasm, model, source, { cache, device: build.device, onProgress });
+    if (isUrl(source) || isBytes(source) || ggufFiles) {
+      const sources = ggufFiles ? source : [source];
+      inner = await streamGguf(build.wasm, model, sources, { cache, device: build.device, onProgress });
     } else if (source && typeof source === 'object' && 'config' in source) {
       const files = await hfFiles(source, cache, onProgress);
       const size = files.weights.reduce((n, w) => n + w.bytes.length, 0);
@@ -406,7 +437,7 @@ export class Engine {
         throw toError(e);
       }
     } else {
-      throw sourceError('`source` must be the URL or bytes of a .gguf file, or `{ config, tokenizer, weights, ... }`');
+      throw sourceError('`source` must be the URL or bytes of a .gguf file, a list of them (the files of a split model, in order), or `{ config, tokenizer, weights, ... }`');
     }
     if (typeof chatTemplate === 'string') {
       try {
@@ -576,10 +607,9 @@ export class WorkerEngine {
    */
   static async load(worker, { onProgress, ...options } = {}) {
     const engine = new WorkerEngine(worker);
-    if (typeof options.source === 'string' || options.source instanceof URL) {
-      // The worker resolves relative URLs against its own script; the caller meant this page.
-      options.source = new URL(String(options.source), globalThis.location?.href).href;
-    }
+    // The worker resolves relative URLs against its own script; the caller meant this page.
+    const absolute = (x) => (isUrl(x) ? new URL(String(x), globalThis.location?.href).href : x);
+    options.source = Array.isArray(options.source) ? options.source.map(absolute) : absolute(options.source);
     const info = await engine.#call({ kiln: 'load', options, progress: Boolean(onProgress) }, onProgress);
     engine.loadedAt = Math.floor(Date.now() / 1000);
     engine.model = info.model;

@@ -402,3 +402,104 @@ fn an_absurd_count_in_a_streamed_header_is_refused_at_once() {
     let e = loader.push(&bad[..4096]).unwrap_err().to_string();
     assert!(e.contains("tensor count"), "{e}");
 }
+
+/// Pushes `files` (a split model) into one loader: each file's pieces of `header` bytes until its header
+/// is in, then the rest of every file in pieces of `rest`; records every `(loaded, total)` report.
+fn streamed_files(
+    files: &[Vec<u8>],
+    header: usize,
+    rest: usize,
+    device: &Device,
+) -> (Result<LoadedModel, EngineError>, Vec<(u64, u64)>) {
+    let mut reports = Vec::new();
+    let result = (|| {
+        let mut loader = GgufLoader::files(device, files.len(), |l, t| reports.push((l, t)));
+        let mut at = vec![0; files.len()];
+        for (i, f) in files.iter().enumerate() {
+            while !loader.header_in(i) && at[i] < f.len() {
+                let end = (at[i] + header).min(f.len());
+                loader.push_to(i, &f[at[i]..end])?;
+                at[i] = end;
+            }
+        }
+        for (i, f) in files.iter().enumerate() {
+            for piece in f[at[i]..].chunks(rest) {
+                loader.push_to(i, piece)?;
+            }
+        }
+        loader.finish("tiny")
+    })();
+    (result, reports)
+}
+
+/// A model split into files (llama.cpp's `gguf-split` layout, `kiln::loader::split`) loads into the model
+/// of the whole file, bit for bit, however its pieces arrive — headers first, or each file whole in turn
+/// (tensors of the first file then wait for the later headers); files out of order, missing or extra are
+/// refused, naming the file and the key, before any tensor is placed.
+#[test]
+fn a_split_model_loads_as_the_whole_file() {
+    let device = Device::flex();
+    let (_, bytes) = FILES[0];
+    let want = logits(&LoadedModel::from_gguf("tiny", bytes, &device).expect("whole file loads"));
+    let g = Gguf::parse(bytes).expect("fixture parses");
+    for n in [1, 2, 3] {
+        let files = kiln::loader::split::split(&g, n).expect("split");
+        for (header, rest) in [(1, 1 << 20), (4096, 333), (usize::MAX, usize::MAX)] {
+            let (model, reports) = streamed_files(&files, header, rest.min(1 << 30), &device);
+            let model = model.unwrap_or_else(|e| panic!("{n} files, pieces {header}/{rest}: {e}"));
+            assert_eq!(logits(&model), want, "{n} files, pieces {header}/{rest}");
+            let total = reports[0].1;
+            assert_eq!(
+                reports.first(),
+                Some(&(0, total)),
+                "nothing placed before the headers"
+            );
+            assert_eq!(reports.last(), Some(&(total, total)));
+        }
+        if n == 1 {
+            continue;
+        }
+        let swapped: Vec<Vec<u8>> = files.iter().rev().cloned().collect();
+        let fail = |files: &[Vec<u8>]| {
+            let (model, reports) = streamed_files(files, 1 << 20, 1 << 20, &device);
+            let Err(e) = model else { panic!("refused") };
+            let e = e.to_string();
+            assert!(reports.iter().all(|&(l, _)| l == 0), "{e}: nothing placed");
+            e
+        };
+        let e = fail(&swapped);
+        assert!(e.contains("split.no") && e.contains("in order"), "{e}");
+        let e = fail(&files[..n - 1]);
+        assert!(
+            e.contains("split.count") && e.contains(&format!("in {n} files")),
+            "{e}"
+        );
+        let mut extra = files.clone();
+        extra.push(bytes.to_vec());
+        let e = fail(&extra);
+        assert!(e.contains("split.count"), "{e}");
+        // The first file alone, as a one-file model.
+        let (model, _) = streamed(&files[0], &[1 << 20], &device);
+        let Err(e) = model else { panic!("refused") };
+        let e = e.to_string();
+        assert!(e.contains(&format!("in {n} files; 1 given")), "{e}");
+    }
+}
+
+/// The committed split fixture (the e2e tests load it by URL) is `split_gguf`'s output for tiny-llama.
+#[test]
+fn the_split_fixture_is_the_split_of_tiny_llama() {
+    let g = Gguf::parse(FILES[0].1).expect("fixture parses");
+    let files = kiln::loader::split::split(&g, 2).expect("split");
+    let committed: [&[u8]; 2] = [
+        include_bytes!("fixtures/gguf/tiny-llama-00001-of-00002.gguf"),
+        include_bytes!("fixtures/gguf/tiny-llama-00002-of-00002.gguf"),
+    ];
+    for (i, (made, committed)) in files.iter().zip(committed).enumerate() {
+        assert!(
+            made.as_slice() == committed,
+            "file {}: regenerate with `cargo run --example split_gguf -- tests/fixtures/gguf/tiny-llama.gguf 2`",
+            i + 1
+        );
+    }
+}

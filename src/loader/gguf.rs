@@ -193,6 +193,7 @@ impl TensorInfo {
 }
 
 /// A parsed GGUF file borrowing its bytes.
+#[derive(Clone)]
 pub struct Gguf<'a> {
     pub version: u32,
     pub metadata: BTreeMap<String, Value>,

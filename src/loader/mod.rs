@@ -10,6 +10,7 @@ pub mod gguf_write;
 pub mod quant;
 pub mod quantize;
 pub mod safetensors;
+pub mod split;
 pub mod stream;
 
 use std::borrow::Cow;

@@ -117,10 +117,12 @@ pub fn check_quantize(name: String) -> Result<(), JsValue> {
         .map_err(|e| api_error(&ApiError::invalid("quantize", e)))
 }
 
-/// A GGUF model loading piece by piece: `KilnLoader.gguf(device, onUpload)`, then `push(bytes)` for each
-/// piece of the file in order (a fetch stream's chunks, slices of an `ArrayBuffer`), then `finish(id)`.
-/// Each tensor goes to the device as soon as its bytes are in, so the file is never whole in wasm memory.
-/// After an error the loader is spent (what it placed is freed).
+/// A GGUF model loading piece by piece: `KilnLoader.gguf(device, onUpload, files)`, then `push(bytes)` for
+/// each piece of the file in order (a fetch stream's chunks, slices of an `ArrayBuffer`), then
+/// `finish(id)`. A model split into `files` files (llama.cpp's `gguf-split`): `pushTo(i, bytes)` each
+/// file's first pieces until `headerIn(i)`, then the rest of every file. Each tensor goes to the device as
+/// soon as its bytes are in (once every header is checked), so no file is ever whole in wasm memory. After
+/// an error the loader is spent (what it placed is freed).
 #[wasm_bindgen]
 pub struct KilnLoader {
     inner: Option<GgufLoader<'static>>,
@@ -129,17 +131,35 @@ pub struct KilnLoader {
 
 #[wasm_bindgen]
 impl KilnLoader {
-    /// A loader onto `device` (as for `KilnModel.fromGguf`); `onUpload(loaded, total)` is called as
-    /// tensors reach the device (bytes of tensor data).
+    /// A loader onto `device` (as for `KilnModel.fromGguf`) of a model in `files` files (default 1);
+    /// `onUpload(loaded, total)` is called as tensors reach the device (bytes of tensor data).
     pub async fn gguf(
         device: Option<String>,
         on_upload: Option<js_sys::Function>,
+        files: Option<u32>,
     ) -> Result<KilnLoader, JsValue> {
         super::install_panic_hook();
         let (device, info) = choose_device(device.as_deref()).await?;
+        let files = files.unwrap_or(1) as usize;
         Ok(Self {
-            inner: Some(GgufLoader::new(&device, reporter(on_upload))),
+            inner: Some(GgufLoader::files(&device, files, reporter(on_upload))),
             device: info,
+        })
+    }
+
+    /// Whether file `file`'s header has been parsed (push its next pieces until it has).
+    #[wasm_bindgen(js_name = headerIn)]
+    pub fn header_in(&self, file: u32) -> bool {
+        self.inner.as_ref().is_some_and(|l| l.header_in(file as usize))
+    }
+
+    /// The next bytes of file `file` (0-based) of a split model.
+    #[wasm_bindgen(js_name = pushTo)]
+    pub fn push_to(&mut self, file: u32, piece: &[u8]) -> Result<(), JsValue> {
+        let loader = self.inner.as_mut().ok_or_else(Self::spent)?;
+        loader.push_to(file as usize, piece).map_err(|e| {
+            self.inner = None;
+            load_error(&e)
         })
     }
 
@@ -194,7 +214,7 @@ impl KilnModel {
         device: Option<String>,
         on_upload: Option<js_sys::Function>,
     ) -> Result<KilnModel, JsValue> {
-        let mut loader = KilnLoader::gguf(device, on_upload).await?;
+        let mut loader = KilnLoader::gguf(device, on_upload, None).await?;
         loader.push(&bytes)?;
         loader.finish(id)
     }

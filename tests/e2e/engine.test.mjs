@@ -3,7 +3,8 @@
 // the page's thread) and once with `WorkerEngine` (the model in a module Web Worker): load a GGUF from a URL
 // with progress, the full and streaming paths of both endpoints, validation errors as KilnError, abort
 // mid-stream followed by an exact request, two concurrent requests (FIFO), JSON mode (llguidance in wasm), the
-// CPU backend giving WebGPU's greedy text, loading through the Cache API, and a Hugging Face model
+// CPU backend giving WebGPU's greedy text, loading through the Cache API, a model split in two GGUF files,
+// and a Hugging Face model
 // (config.json + tokenizer files + safetensors) loaded by URL.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -94,6 +95,21 @@ async function cases(mode) {
     const again = await load({ model: 'tiny', source: '/fixtures/gguf/tiny-llama.gguf', device: 'cpu', cache: true });
     const fromCache = await again.chat.completions.create(req);
     await again.unload();
+    // The same model split in two files (llama.cpp's gguf-split layout), by URL through the cache and as
+    // bytes; given out of order, a load error naming `split.no`.
+    const shards = ['/fixtures/gguf/tiny-llama-00001-of-00002.gguf', '/fixtures/gguf/tiny-llama-00002-of-00002.gguf'];
+    const splitProgress = [];
+    const split = await load({ model: 'tiny', source: shards, device: 'cpu', cache: true, onProgress: (p) => splitProgress.push(p) });
+    const fromSplit = await split.chat.completions.create(req);
+    await split.unload();
+    const shardBytes = await Promise.all(shards.map(async (s) => new Uint8Array(await (await fetch(s)).arrayBuffer())));
+    const splitBytes = await load({ model: 'tiny', source: shardBytes, device: 'cpu' });
+    const fromSplitBytes = await splitBytes.chat.completions.create(req);
+    await splitBytes.unload();
+    const splitError = await load({ model: 'tiny', source: [...shards].reverse(), device: 'cpu' }).then(
+      () => null,
+      (e) => ({ status: e.status, code: e.code, message: e.message }),
+    );
     // A Hugging Face directory by URL: the golden tiny Llama with its tokenizer files.
     const hfProgress = [];
     const dir = '/fixtures/golden/llama/';
@@ -167,6 +183,7 @@ async function cases(mode) {
       denseBytes, q8Bytes, q8Completion, quantizeErrors, sourceErrors,
       progress, device, full, streamed, chunks, completion, completionStreamed, error, aborted, seen,
       runningDone, queuedAbort, after, a, b, onCpu, cpuDevice, hfProgress, hfCompletion, golden, json, cached, fromCache,
+      splitProgress, fromSplit, fromSplitBytes, splitError,
     };
   } finally {
     for (const w of workers) w.terminate();
@@ -249,6 +266,11 @@ for (const mode of (process.env.KILN_E2E_MODES ?? 'main,worker').split(',')) {
       assert.equal(text(r.onCpu), text(r.full), 'the CPU backend gives the same greedy text');
       assert.ok(r.cached, 'the model file is in the Cache API after a load with `cache: true`');
       assert.equal(text(r.fromCache), text(r.full), 'a load from the cache gives the same model');
+      assert.equal(text(r.fromSplit), text(r.full), 'a model split in two files is the same model');
+      assert.equal(text(r.fromSplitBytes), text(r.full), 'split files as bytes too');
+      assertProgress(r.splitProgress, 'split files');
+      assert.equal(r.splitError?.status, 400, JSON.stringify(r.splitError));
+      assert.match(r.splitError.message, /split\.no/, r.splitError.message);
       if (r.json.choices[0].finish_reason === 'stop') {
         const value = JSON.parse(text(r.json));
         assert.equal(typeof value, 'object', text(r.json));

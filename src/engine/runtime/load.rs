@@ -1,6 +1,6 @@
-//! Loading a GGUF model as its bytes arrive ([`GgufLoader`]): the header gives the config, the tokenizer
-//! and the tensor list, which is checked against the config (and against what the device can hold)
-//! before anything is allocated; then each tensor goes to the device as soon as its last byte is in, and
+//! Loading a GGUF model as its bytes arrive ([`GgufLoader`]), from one file or the files of a split model:
+//! the headers give the config, the tokenizer and the tensor list, which is checked against the config
+//! (and against what the device can hold) before anything is allocated; then each tensor goes to the device as soon as its last byte is in, and
 //! its bytes are dropped. Peak memory is the placed weights plus the one tensor being completed: the file
 //! is never whole in memory. A file whose bytes are all there is the same path fed in one piece.
 
@@ -12,8 +12,9 @@ use burn::tensor::Device;
 use crate::engine::EngineError;
 use crate::engine::loaded::LoadedModel;
 use crate::kernels::QuantWeight;
+use crate::loader::gguf::TensorInfo;
 use crate::loader::stream::{Event, GgufStream};
-use crate::loader::{Gguf, LoadError};
+use crate::loader::{Gguf, GgufError, LoadError, split};
 use crate::model::gguf::{self as gguf_model, CONFIG_TENSORS, Fixups};
 use crate::model::{Decoder, ModelConfig, Placed, Staged};
 use crate::tokenizer::ModelTokenizer;
@@ -22,7 +23,7 @@ use crate::tokenizer::ModelTokenizer;
 /// KV cache, activations and the module itself.
 pub const WASM_WEIGHT_LIMIT: u64 = (4 << 30) - (512 << 20);
 
-/// What the header told us, while the tensors arrive.
+/// What the headers told us, while the tensors arrive.
 struct Staging {
     config: ModelConfig,
     tokenizer: ModelTokenizer,
@@ -35,132 +36,190 @@ struct Staging {
     total: u64,
 }
 
-/// A GGUF model loading piece by piece: [`GgufLoader::push`] the file's bytes in order, then
-/// [`GgufLoader::finish`]. After an error the loader is spent; the device memory of what was placed is
-/// freed with it.
+/// A GGUF model loading piece by piece, from one file or from the files of a split model (llama.cpp's
+/// `gguf-split`, `loader::split`): [`GgufLoader::push`] (or [`GgufLoader::push_to`] file `i`) the bytes
+/// of each file in order, then [`GgufLoader::finish`]. Nothing is placed until every file's header is in
+/// and checked: against the other files, then all tensors together against the model. Push each file's
+/// first bytes until [`GgufLoader::header_in`] says its header parsed, then the rest of every file: tensors
+/// that complete before the last header is in are held (at most what those first pieces carried). After
+/// an error the loader is spent; the device memory of what was placed is freed with it.
 pub struct GgufLoader<'f> {
-    device: Device,
-    stream: GgufStream,
-    staging: Option<Staging>,
-    /// `(loaded, total)` bytes of tensor data on the device, after the header and after each tensor.
-    on_upload: Box<dyn FnMut(u64, u64) + 'f>,
-    /// The most bytes the weights may take as held on the device.
-    weight_limit: Option<u64>,
+    streams: Vec<GgufStream>,
+    state: State<'f>,
     /// An error stopped the load: every later call is refused.
     failed: bool,
 }
 
+/// What the loader's streams report into.
+struct State<'f> {
+    device: Device,
+    /// Each file's header, once parsed.
+    headers: Vec<Option<Gguf<'static>>>,
+    staging: Option<Staging>,
+    /// Tensors completed before every header was in: `(name, info, bytes)`.
+    early: Vec<(String, TensorInfo, Vec<u8>)>,
+    /// `(loaded, total)` bytes of tensor data on the device, after the headers and after each tensor.
+    on_upload: Box<dyn FnMut(u64, u64) + 'f>,
+    /// The most bytes the weights may take as held on the device.
+    weight_limit: Option<u64>,
+}
+
 impl<'f> GgufLoader<'f> {
+    /// A loader of one file.
     pub fn new(device: &Device, on_upload: impl FnMut(u64, u64) + 'f) -> Self {
+        Self::files(device, 1, on_upload)
+    }
+
+    /// A loader of a model in `files` files (at least one).
+    pub fn files(device: &Device, files: usize, on_upload: impl FnMut(u64, u64) + 'f) -> Self {
+        let files = files.max(1);
         Self {
-            device: device.clone(),
-            stream: GgufStream::new(),
-            staging: None,
-            on_upload: Box::new(on_upload),
-            weight_limit: default_limit(device),
+            streams: (0..files).map(|_| GgufStream::new()).collect(),
+            state: State {
+                device: device.clone(),
+                headers: vec![None; files],
+                staging: None,
+                early: Vec::new(),
+                on_upload: Box::new(on_upload),
+                weight_limit: default_limit(device),
+            },
             failed: false,
         }
     }
 
     /// Caps the bytes the weights may take as held on the device (quantized blocks packed, other matrices
-    /// widened to f32): a file beyond it is refused when its header arrives, before any allocation.
+    /// widened to f32): a model beyond it is refused when its headers are in, before any allocation.
     pub fn with_weight_limit(mut self, limit: Option<u64>) -> Self {
-        self.weight_limit = limit;
+        self.state.weight_limit = limit;
         self
     }
 
-    /// The next bytes of the file.
+    /// How many files the model is in.
+    pub fn file_count(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// Whether file `file`'s header has been parsed.
+    pub fn header_in(&self, file: usize) -> bool {
+        self.state.headers.get(file).is_some_and(Option::is_some)
+    }
+
+    /// The next bytes of the (first) file.
     pub fn push(&mut self, piece: &[u8]) -> Result<(), EngineError> {
+        self.push_to(0, piece)
+    }
+
+    /// The next bytes of file `file` (0-based).
+    pub fn push_to(&mut self, file: usize, piece: &[u8]) -> Result<(), EngineError> {
         if self.failed {
             return Err(spent());
         }
-        let Self {
-            device,
-            stream,
-            staging,
-            on_upload,
-            weight_limit,
-            ..
-        } = self;
-        let limit = *weight_limit;
-        let result = stream.push(piece, &mut |event| {
-            handle(event, device, limit, staging, on_upload.as_mut())
-        });
-        if result.is_err() {
-            // The stream stopped inside a tensor: what follows cannot be placed. Free what was.
+        let n = self.streams.len();
+        let Some(stream) = self.streams.get_mut(file) else {
             self.failed = true;
-            self.staging = None;
+            return Err(no_file(file, n));
+        };
+        let state = &mut self.state;
+        let result = stream.push(piece, &mut |event| state.handle(file, event));
+        if result.is_err() {
+            // A stream stopped inside a tensor: what follows cannot be placed. Free what was.
+            self.failed = true;
+            self.state.staging = None;
         }
         result
     }
 
-    /// The end of the file: the model, once every tensor has arrived.
+    /// The end of every file: the model, once every tensor has arrived.
     pub fn finish(self, id: &str) -> Result<LoadedModel, EngineError> {
         if self.failed {
             return Err(spent());
         }
         let Self {
-            device,
-            stream,
-            mut staging,
-            mut on_upload,
-            weight_limit,
-            ..
+            streams, mut state, ..
         } = self;
-        stream.finish(&mut |event| handle(event, &device, weight_limit, &mut staging, on_upload.as_mut()))?;
-        let Some(mut s) = staging else {
-            return Err(LoadError::Gguf(crate::loader::GgufError::Truncated("the header".into())).into());
+        for (file, stream) in streams.into_iter().enumerate() {
+            stream.finish(&mut |event| state.handle(file, event))?;
+        }
+        let Some(mut s) = state.staging else {
+            let file = state.headers.iter().position(Option::is_none).unwrap_or(0);
+            let what = match state.headers.len() {
+                1 => "the header".to_owned(),
+                _ => format!("the header of file {}", file + 1),
+            };
+            return Err(LoadError::Gguf(GgufError::Truncated(what)).into());
         };
-        let decoder = Decoder::assemble(s.config, &mut s.staged, &device)?;
-        on_upload(s.total, s.total);
+        let decoder = Decoder::assemble(s.config, &mut s.staged, &state.device)?;
+        (state.on_upload)(s.total, s.total);
         Ok(LoadedModel::new(id, decoder, s.tokenizer))
     }
 }
 
 /// The error of a loader that an earlier error stopped.
 fn spent() -> EngineError {
-    LoadError::Gguf(crate::loader::GgufError::Malformed(
+    LoadError::Gguf(GgufError::Malformed(
         "the load stopped at an earlier error".into(),
     ))
     .into()
 }
 
-fn handle(
-    event: Event<'_>,
-    device: &Device,
-    limit: Option<u64>,
-    staging: &mut Option<Staging>,
-    on_upload: &mut dyn FnMut(u64, u64),
-) -> Result<(), EngineError> {
-    match event {
-        Event::Header(g) => {
-            let s = stage(g, device, limit)?;
-            on_upload(0, s.total);
-            *staging = Some(s);
-        }
-        Event::Tensor { name, info, bytes } => {
-            let Some(s) = staging.as_mut() else {
-                return Ok(());
-            };
-            if CONFIG_TENSORS.contains(&name) {
-                gguf_model::config_tensor(&mut s.config, name, info, bytes)?;
-                s.loaded = (s.loaded + bytes.len() as u64).min(s.total);
-                on_upload(s.loaded, s.total);
-                return Ok(());
+fn no_file(file: usize, n: usize) -> EngineError {
+    LoadError::Gguf(GgufError::Malformed(format!(
+        "bytes for file {} of a model in {n} file(s)",
+        file + 1
+    )))
+    .into()
+}
+
+impl State<'_> {
+    fn handle(&mut self, file: usize, event: Event<'_>) -> Result<(), EngineError> {
+        match event {
+            Event::Header(g) => {
+                self.headers[file] = Some(g.clone());
+                if self.headers.iter().all(Option::is_some) {
+                    let headers: Vec<&Gguf<'static>> = self.headers.iter().flatten().collect();
+                    split::check(&headers).map_err(LoadError::Gguf)?;
+                    // One view of every file's tensors: the model's (offsets are per file, sizes whole).
+                    let mut all = headers[0].clone();
+                    for g in &headers[1..] {
+                        all.tensors.extend(g.tensors.iter().cloned());
+                    }
+                    let s = stage(&all, &self.device, self.weight_limit)?;
+                    (self.on_upload)(0, s.total);
+                    self.staging = Some(s);
+                    for (name, info, bytes) in std::mem::take(&mut self.early) {
+                        self.tensor(&name, &info, &bytes)?;
+                    }
+                }
             }
+            Event::Tensor { name, info, bytes } => match self.staging {
+                Some(_) => self.tensor(name, info, bytes)?,
+                None => self.early.push((name.to_owned(), info.clone(), bytes.to_vec())),
+            },
+        }
+        Ok(())
+    }
+
+    /// Places tensor `name` (the model is staged).
+    fn tensor(&mut self, name: &str, info: &TensorInfo, bytes: &[u8]) -> Result<(), EngineError> {
+        let Some(s) = self.staging.as_mut() else {
+            return Ok(());
+        };
+        if CONFIG_TENSORS.contains(&name) {
+            gguf_model::config_tensor(&mut s.config, name, info, bytes)?;
+        } else {
             let hf = s
                 .names
                 .get(name)
                 .ok_or_else(|| LoadError::Extra(name.into()))?
                 .clone();
             let raw = gguf_model::prepare(&hf, name, info, bytes, s.fixups)?;
-            let placed = Placed::new(&hf, &raw, device)?;
+            let placed = Placed::new(&hf, &raw, &self.device)?;
             s.staged.insert(hf, placed);
-            s.loaded = (s.loaded + bytes.len() as u64).min(s.total);
-            on_upload(s.loaded, s.total);
         }
+        s.loaded = (s.loaded + bytes.len() as u64).min(s.total);
+        (self.on_upload)(s.loaded, s.total);
+        Ok(())
     }
-    Ok(())
 }
 
 /// The header checked against the model it describes, before any tensor is placed: every tensor known,

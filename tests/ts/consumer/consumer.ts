@@ -28,6 +28,7 @@ import { Engine, KilnError } from '../../../pkg/index.js';
 
 export async function engine(): Promise<string | null> {
   const e = await Engine.load({ model: 'tiny', source: '/m.gguf', device: 'auto', onProgress: (p) => void p.loaded });
+  await Engine.load({ model: 'split', source: ['/m-00001-of-00002.gguf', new Uint8Array(1)] });
   const full: ChatCompletion = await e.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'hi' }] });
   for await (const chunk of await e.chat.completions.create({ model: 'tiny', messages: [], stream: true })) {
     const c: ChatCompletionChunk = chunk;
