@@ -9,7 +9,6 @@ use std::cell::Cell;
 use burn::tensor::Device;
 use kiln::loader::{GgmlType, Gguf, GgufError};
 use kiln::model::Decoder;
-use kiln::model::GgufWeights;
 use kiln::model::gguf as gguf_model;
 use serde::Deserialize;
 
@@ -81,11 +80,11 @@ struct Golden {
     long_logits_last: Vec<Vec<f32>>,
 }
 
+/// The decoder as the product loads it: the streaming loader, fed the whole file.
 fn load(bytes: &[u8], device: &Device) -> Decoder {
-    let g = Gguf::parse(bytes).expect("the fixture parses");
-    let config = gguf_model::config(&g).expect("config from metadata");
-    let mut weights = GgufWeights::new(&g, &config).expect("weights");
-    Decoder::load(config, &mut weights, device).expect("decoder loads")
+    kiln::engine::LoadedModel::from_gguf("fixture", bytes, device)
+        .expect("the fixture loads")
+        .decoder
 }
 
 /// Native wgpu (lavapipe on CI): kiln's quantized GEMV / tiled kernels.

@@ -43,15 +43,18 @@ impl Weights for Dequantised<'_> {
     }
 }
 
+/// The decoder as the product loads it (the streaming loader), or with every tensor widened to f32
+/// (`dense`: the reference, through a checkpoint view of the file).
 fn load(bytes: &[u8], device: &Device, dense: bool) -> Decoder {
+    if !dense {
+        return kiln::engine::LoadedModel::from_gguf("model", bytes, device)
+            .expect("loads")
+            .decoder;
+    }
     let g = Gguf::parse(bytes).expect("parses");
     let config = gguf_model::config(&g).expect("config");
     let mut weights = GgufWeights::new(&g, &config).expect("weights");
-    match dense {
-        false => Decoder::load(config, &mut weights, device),
-        true => Decoder::load(config, &mut Dequantised(&mut weights), device),
-    }
-    .expect("loads")
+    Decoder::load(config, &mut Dequantised(&mut weights), device).expect("loads")
 }
 
 /// A chat turn under the model's own tokenizer.

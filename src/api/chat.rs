@@ -4,37 +4,19 @@
 use super::error::ApiError;
 use super::request::*;
 use super::validate::{
-    Common, DEFAULT_CHAT_MAX_TOKENS, MAX_TOP_LOGPROBS, ModelSpec, Shared, ValidChat, check_name, common,
-    positive,
+    Common, DEFAULT_CHAT_MAX_TOKENS, MAX_TOP_LOGPROBS, ModelSpec, ValidChat, check_name, common, positive,
 };
 
 /// Validates a chat request against the loaded model.
 pub fn validate_chat(mut req: ChatCompletionRequest, spec: &ModelSpec) -> Result<ValidChat, ApiError> {
     let max_tokens = positive("max_tokens", req.max_tokens)?;
     let max_completion_tokens = positive("max_completion_tokens", req.max_completion_tokens)?;
-    let common: Common = common(
-        Shared {
-            model: &req.model,
-            n: req.n,
-            // Both are upper bounds; honouring both means the smaller.
-            max_tokens: match (max_tokens, max_completion_tokens) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            },
-            default_max_tokens: DEFAULT_CHAT_MAX_TOKENS,
-            stream: req.stream,
-            stream_options: &req.stream_options,
-            stop: &req.stop,
-            temperature: req.temperature,
-            top_p: req.top_p,
-            presence_penalty: req.presence_penalty,
-            frequency_penalty: req.frequency_penalty,
-            logit_bias: &req.logit_bias,
-            seed: req.seed,
-            service_tier: req.service_tier,
-        },
-        spec,
-    )?;
+    // Both are upper bounds; honouring both means the smaller.
+    let max_tokens = match (max_tokens, max_completion_tokens) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    let common: Common = common(req.shared(), max_tokens, DEFAULT_CHAT_MAX_TOKENS, spec)?;
     refuse_unsupported(&req)?;
     check_messages(&req.messages, spec)?;
 

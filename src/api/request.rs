@@ -56,47 +56,104 @@ pub struct CallOptions {
     pub ai_project_id: Option<String>,
 }
 
-/// `POST /v1/completions` body.
+/// Declares a request body with the fields both endpoints share, written once (serde's `flatten` cannot
+/// be used: it does not combine with `deny_unknown_fields`), and its [`Shared`] view, which
+/// `validate::common` resolves.
+macro_rules! request {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident { $($own:tt)* }
+    ) => {
+        $(#[$meta])*
+        pub struct $name {
+            pub model: String,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub stream: Option<bool>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub stream_options: Option<StreamOptions>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub max_tokens: Option<i64>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub temperature: Option<f64>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub top_p: Option<f64>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub n: Option<i64>,
+            /// The seed gives `string[]` (chat); OpenAI also accepts a single string, and so does kiln.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub stop: Option<Stop>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub presence_penalty: Option<f64>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub frequency_penalty: Option<f64>,
+            /// Token id (as a decimal string) → bias in `[-100, 100]`.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub logit_bias: Option<BTreeMap<String, f64>>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub user: Option<String>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub extra_body: Option<serde_json::Map<String, Value>>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub service_tier: Option<ServiceTier>,
+            /// OpenAI: seeds the sampler, so the same request gives the same text.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub seed: Option<i64>,
+            $($own)*
+        }
+
+        impl $name {
+            /// The fields both endpoints share.
+            pub fn shared(&self) -> Shared<'_> {
+                Shared {
+                    model: &self.model,
+                    stream: self.stream,
+                    stream_options: &self.stream_options,
+                    max_tokens: self.max_tokens,
+                    temperature: self.temperature,
+                    top_p: self.top_p,
+                    n: self.n,
+                    stop: &self.stop,
+                    presence_penalty: self.presence_penalty,
+                    frequency_penalty: self.frequency_penalty,
+                    logit_bias: &self.logit_bias,
+                    service_tier: self.service_tier,
+                    seed: self.seed,
+                }
+            }
+        }
+    };
+}
+
+/// The fields of a request body that both endpoints share and resolve alike (`validate::common`);
+/// `user` and `extra_body` are accepted and have no local meaning.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Shared<'a> {
+    pub model: &'a str,
+    pub stream: Option<bool>,
+    pub stream_options: &'a Option<StreamOptions>,
+    pub max_tokens: Option<i64>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub n: Option<i64>,
+    pub stop: &'a Option<Stop>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    pub logit_bias: &'a Option<BTreeMap<String, f64>>,
+    pub service_tier: Option<ServiceTier>,
+    pub seed: Option<i64>,
+}
+
+request! {
+/// `POST /v1/completions` body: the fields both endpoints share (`request!`), and its own.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CompletionRequest {
-    pub model: String,
     pub prompt: Prompt,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stream: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stream_options: Option<StreamOptions>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_tokens: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub temperature: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub top_p: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub n: Option<i64>,
     /// Number of top alternatives per token, `0..=5`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logprobs: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub echo: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stop: Option<Stop>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub presence_penalty: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub frequency_penalty: Option<f64>,
-    /// Token id (as a decimal string) → bias in `[-100, 100]`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub logit_bias: Option<BTreeMap<String, f64>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub extra_body: Option<serde_json::Map<String, Value>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub service_tier: Option<ServiceTier>,
-    /// OpenAI: seeds the sampler, so the same request gives the same text.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub seed: Option<i64>,
     /// OpenAI; refused when set (see `validate`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub best_of: Option<Value>,
@@ -104,23 +161,18 @@ pub struct CompletionRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suffix: Option<Value>,
 }
+}
 
-/// `POST /v1/chat/completions` body.
+request! {
+/// `POST /v1/chat/completions` body: the fields both endpoints share (`request!`), and its own.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ChatCompletionRequest {
-    pub model: String,
     pub messages: Vec<Message>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_tokens: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_completion_tokens: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub temperature: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub top_p: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<Vec<Tool>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -128,35 +180,11 @@ pub struct ChatCompletionRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_effort: Option<ReasoningEffort>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub n: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stream: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stream_options: Option<StreamOptions>,
-    /// The seed gives `string[]`; OpenAI also accepts a single string, and so does kiln.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stop: Option<Stop>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub presence_penalty: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub frequency_penalty: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub logit_bias: Option<BTreeMap<String, f64>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logprobs: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_logprobs: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_format: Option<ResponseFormat>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub extra_body: Option<serde_json::Map<String, Value>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub service_tier: Option<ServiceTier>,
-    /// OpenAI: seeds the sampler.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub seed: Option<i64>,
     /// OpenAI: whether several tool calls may come in one turn.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallel_tool_calls: Option<bool>,
@@ -179,6 +207,7 @@ pub struct ChatCompletionRequest {
     pub function_call: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verbosity: Option<Value>,
+}
 }
 
 /// A chat message. The role decides which fields may be set (see `validate`).

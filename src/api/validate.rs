@@ -217,24 +217,14 @@ pub(super) fn check_name(param: &str, name: &str) -> Result<(), ApiError> {
     }
 }
 
-pub(super) struct Shared<'a> {
-    pub(super) model: &'a str,
-    pub(super) n: Option<i64>,
-    pub(super) max_tokens: Option<usize>,
-    pub(super) default_max_tokens: usize,
-    pub(super) stream: Option<bool>,
-    pub(super) stream_options: &'a Option<StreamOptions>,
-    pub(super) stop: &'a Option<Stop>,
-    pub(super) temperature: Option<f64>,
-    pub(super) top_p: Option<f64>,
-    pub(super) presence_penalty: Option<f64>,
-    pub(super) frequency_penalty: Option<f64>,
-    pub(super) logit_bias: &'a Option<std::collections::BTreeMap<String, f64>>,
-    pub(super) seed: Option<i64>,
-    pub(super) service_tier: Option<ServiceTier>,
-}
-
-pub(super) fn common(s: Shared<'_>, spec: &ModelSpec) -> Result<Common, ApiError> {
+/// Resolves the fields both endpoints share (`s`), with the completion bound the endpoint resolved from its
+/// own fields (`max_tokens`; chat's smaller of `max_tokens` and `max_completion_tokens`) and its default.
+pub(super) fn common(
+    s: Shared<'_>,
+    max_tokens: Option<usize>,
+    default_max_tokens: usize,
+    spec: &ModelSpec,
+) -> Result<Common, ApiError> {
     if s.model != spec.id {
         return Err(ApiError::model_not_found(s.model, &spec.id));
     }
@@ -302,8 +292,8 @@ pub(super) fn common(s: Shared<'_>, spec: &ModelSpec) -> Result<Common, ApiError
     Ok(Common {
         model: s.model.to_owned(),
         n,
-        max_tokens: s.max_tokens,
-        default_max_tokens: s.default_max_tokens,
+        max_tokens,
+        default_max_tokens,
         stream,
         include_usage: stream
             && s.stream_options
@@ -327,25 +317,7 @@ pub(super) fn common(s: Shared<'_>, spec: &ModelSpec) -> Result<Common, ApiError
 /// Validates a completions request against the loaded model.
 pub fn validate_completion(req: CompletionRequest, spec: &ModelSpec) -> Result<ValidCompletion, ApiError> {
     let max_tokens = positive("max_tokens", req.max_tokens)?;
-    let common = common(
-        Shared {
-            model: &req.model,
-            n: req.n,
-            max_tokens,
-            default_max_tokens: DEFAULT_COMPLETION_MAX_TOKENS,
-            stream: req.stream,
-            stream_options: &req.stream_options,
-            stop: &req.stop,
-            temperature: req.temperature,
-            top_p: req.top_p,
-            presence_penalty: req.presence_penalty,
-            frequency_penalty: req.frequency_penalty,
-            logit_bias: &req.logit_bias,
-            seed: req.seed,
-            service_tier: req.service_tier,
-        },
-        spec,
-    )?;
+    let common = common(req.shared(), max_tokens, DEFAULT_COMPLETION_MAX_TOKENS, spec)?;
     if req
         .best_of
         .as_ref()
