@@ -53,8 +53,11 @@ pub struct GgufLoader<'f> {
 /// What the loader's streams report into.
 struct State<'f> {
     device: Device,
-    /// Each file's header, once parsed.
-    headers: Vec<Option<Gguf<'static>>>,
+    /// Whether each file's header has been parsed.
+    parsed: Vec<bool>,
+    /// The headers parsed while another file's is still missing (cleared once all are in and staged; the
+    /// last one, and a single file's, is only borrowed from its stream).
+    held: Vec<Option<Gguf<'static>>>,
     staging: Option<Staging>,
     /// Tensors completed before every header was in: `(name, info, bytes)`.
     early: Vec<(String, TensorInfo, Vec<u8>)>,
@@ -77,7 +80,8 @@ impl<'f> GgufLoader<'f> {
             streams: (0..files).map(|_| GgufStream::new()).collect(),
             state: State {
                 device: device.clone(),
-                headers: vec![None; files],
+                parsed: vec![false; files],
+                held: vec![None; files],
                 staging: None,
                 early: Vec::new(),
                 on_upload: Box::new(on_upload),
@@ -101,7 +105,7 @@ impl<'f> GgufLoader<'f> {
 
     /// Whether file `file`'s header has been parsed.
     pub fn header_in(&self, file: usize) -> bool {
-        self.state.headers.get(file).is_some_and(Option::is_some)
+        self.state.parsed.get(file).copied().unwrap_or(false)
     }
 
     /// The next bytes of the (first) file.
@@ -141,8 +145,8 @@ impl<'f> GgufLoader<'f> {
             stream.finish(&mut |event| state.handle(file, event))?;
         }
         let Some(mut s) = state.staging else {
-            let file = state.headers.iter().position(Option::is_none).unwrap_or(0);
-            let what = match state.headers.len() {
+            let file = state.parsed.iter().position(|p| !p).unwrap_or(0);
+            let what = match state.parsed.len() {
                 1 => "the header".to_owned(),
                 _ => format!("the header of file {}", file + 1),
             };
@@ -174,21 +178,35 @@ impl State<'_> {
     fn handle(&mut self, file: usize, event: Event<'_>) -> Result<(), EngineError> {
         match event {
             Event::Header(g) => {
-                self.headers[file] = Some(g.clone());
-                if self.headers.iter().all(Option::is_some) {
-                    let headers: Vec<&Gguf<'static>> = self.headers.iter().flatten().collect();
-                    split::check(&headers).map_err(LoadError::Gguf)?;
-                    // One view of every file's tensors: the model's (offsets are per file, sizes whole).
-                    let mut all = headers[0].clone();
-                    for g in &headers[1..] {
-                        all.tensors.extend(g.tensors.iter().cloned());
+                self.parsed[file] = true;
+                if !self.parsed.iter().all(|&p| p) {
+                    self.held[file] = Some(g.clone());
+                    return Ok(());
+                }
+                let held = std::mem::take(&mut self.held);
+                let headers: Vec<&Gguf<'static>> = held
+                    .iter()
+                    .enumerate()
+                    .map(|(j, h)| if j == file { Some(g) } else { h.as_ref() })
+                    .collect::<Option<_>>()
+                    .unwrap_or_default();
+                split::check(&headers).map_err(LoadError::Gguf)?;
+                let s = match headers.as_slice() {
+                    [one] => stage(one, &self.device, self.weight_limit)?,
+                    [first, rest @ ..] => {
+                        // One view of every file's tensors: the model's (offsets are per file, sizes whole).
+                        let mut all = (*first).clone();
+                        for g in rest {
+                            all.tensors.extend(g.tensors.iter().cloned());
+                        }
+                        stage(&all, &self.device, self.weight_limit)?
                     }
-                    let s = stage(&all, &self.device, self.weight_limit)?;
-                    (self.on_upload)(0, s.total);
-                    self.staging = Some(s);
-                    for (name, info, bytes) in std::mem::take(&mut self.early) {
-                        self.tensor(&name, &info, &bytes)?;
-                    }
+                    [] => unreachable!("a loader has at least one file"),
+                };
+                (self.on_upload)(0, s.total);
+                self.staging = Some(s);
+                for (name, info, bytes) in std::mem::take(&mut self.early) {
+                    self.tensor(&name, &info, &bytes)?;
                 }
             }
             Event::Tensor { name, info, bytes } => match self.staging {
