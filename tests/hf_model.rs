@@ -128,3 +128,21 @@ fn hf_files_load_and_greedy_equals_transformers() {
         .unwrap();
     assert_eq!(prompt, "<user>hi", "the template of tokenizer_config.json");
 }
+
+/// A multimodal checkpoint (a `vision_config`) is refused naming that field, before any tensor is read.
+#[test]
+fn a_multimodal_checkpoint_is_refused_by_name() {
+    let config = br#"{"architectures": ["Idefics3ForConditionalGeneration"],
+        "text_config": {"model_type": "llama", "vocab_size": 32, "hidden_size": 64, "intermediate_size": 8,
+            "num_hidden_layers": 1, "num_attention_heads": 4},
+        "vision_config": {"model_type": "idefics3_vision", "hidden_size": 32, "intermediate_size": 64,
+            "num_hidden_layers": 1, "num_attention_heads": 2, "image_size": 64, "patch_size": 16}}"#;
+    let config = kiln::model::ModelConfig::from_json(config).expect("the config resolves");
+    let e = kiln::model::Decoder::assemble(config, &mut kiln::model::Staged::new(), &Device::flex())
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        e.contains("vision_config") && e.contains("idefics3_vision"),
+        "{e}"
+    );
+}

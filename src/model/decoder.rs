@@ -104,6 +104,17 @@ impl Decoder {
 
     /// Builds the decoder from tensors on `device` (placed as taken, or as a streamed file arrived).
     pub fn assemble(config: ModelConfig, ckpt: &mut dyn Tensors, device: &Device) -> Result<Self, LoadError> {
+        // A multimodal checkpoint: refused by name rather than as a missing or unexpected tensor.
+        if let Some(v) = &config.vision {
+            return Err(crate::model::ConfigError::Invalid {
+                field: "vision_config",
+                reason: format!(
+                    "this is a multimodal checkpoint ({} vision encoder); kiln does not run vision encoders yet",
+                    v.model_type.as_deref().unwrap_or("a")
+                ),
+            }
+            .into());
+        }
         let c = &config;
         let (h, v) = (c.hidden_size, c.vocab_size);
         let embed = ckpt.matrix("model.embed_tokens.weight", [v, h])?;
