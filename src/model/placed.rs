@@ -206,8 +206,8 @@ mod tests {
     use super::*;
     use crate::loader::quant::GgmlType;
 
-    /// A convolution weight `[out, in, kh, kw]` placed as it arrived (a streamed file) and taken from a
-    /// checkpoint when asked for gives the same dense tensor, row-major as stored.
+    /// A convolution weight `[out, in, kh, kw]` placed as it arrived (a streamed file) is taken back as a
+    /// dense tensor, row-major as stored; a wrong shape is an error naming the stored one.
     #[test]
     fn a_rank_4_tensor_is_placed_dense() {
         let device = Device::flex();

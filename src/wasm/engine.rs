@@ -171,11 +171,7 @@ impl KilnLoader {
 
     /// The next bytes of the file.
     pub fn push(&mut self, piece: &[u8]) -> Result<(), JsValue> {
-        let loader = self.inner.as_mut().ok_or_else(Self::spent)?;
-        loader.push(piece).map_err(|e| {
-            self.inner = None;
-            load_error(&e)
-        })
+        self.push_to(0, piece)
     }
 
     /// The end of the file: the loaded model, named `id` in requests.

@@ -98,11 +98,6 @@ impl<'f> GgufLoader<'f> {
         self
     }
 
-    /// How many files the model is in.
-    pub fn file_count(&self) -> usize {
-        self.streams.len()
-    }
-
     /// Whether file `file`'s header has been parsed.
     pub fn header_in(&self, file: usize) -> bool {
         self.state.parsed.get(file).copied().unwrap_or(false)

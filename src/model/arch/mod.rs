@@ -151,13 +151,17 @@ pub fn supported_gguf() -> String {
 }
 
 impl Arch {
-    /// The family this architecture belongs to.
-    pub(crate) fn family(self) -> &'static dyn Family {
+    /// This architecture's entry in [`SUPPORTED`].
+    fn registered(self) -> &'static Entry {
         SUPPORTED
             .iter()
             .find(|e| e.arch == self)
-            .map(|e| e.family)
             .expect("every architecture is in the table")
+    }
+
+    /// The family this architecture belongs to.
+    pub(crate) fn family(self) -> &'static dyn Family {
+        self.registered().family
     }
 
     /// The architecture `config.json` names (`architectures[0]`, else `model_type`).
@@ -196,8 +200,7 @@ impl Arch {
     /// GGUF metadata (`<arch>.*` keys, read through `m`) as the mirror of a `config.json`: the keys every
     /// family shares under the Hugging Face name of this architecture, then the family's own.
     pub(crate) fn gguf_config(self, m: &Meta<'_, '_>) -> Result<HfConfig, LoadError> {
-        let hf_name = SUPPORTED.iter().find(|e| e.arch == self).map_or("", |e| e.hf[0]);
-        let mut hf = m.common(hf_name)?;
+        let mut hf = m.common(self.registered().hf[0])?;
         self.family().gguf_config(m, &mut hf)?;
         Ok(hf)
     }
