@@ -16,8 +16,8 @@ fn wave(n: usize, seed: usize) -> Vec<f32> {
 
 /// Whether query position `q` sees key `j`: the rule of the mask module's docs, written out.
 fn sees(q: usize, j: usize, window: Option<usize>, spans: &[Range<usize>]) -> bool {
-    let causal = j <= q && window.is_none_or(|w| q - j < w);
-    causal || spans.iter().any(|sp| sp.contains(&q) && sp.contains(&j))
+    let span = spans.iter().any(|sp| sp.contains(&q) && sp.contains(&j));
+    (j <= q || span) && window.is_none_or(|w| j > q || q - j < w)
 }
 
 /// `[b, s, H, d]` row-major, in f64, from contiguous `q: [b, H, s, d]`, `k`, `v: [b, K, t, d]`.

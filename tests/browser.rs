@@ -109,7 +109,8 @@ async fn golden_models_on_cpu_in_wasm() {
 
 /// Prompt chunks in Chromium on WebGPU and on the CPU backend in wasm32: ids mixed with embedding rows
 /// equal the same prompt as ids bit for bit, and a bidirectional span gives the same logits on both
-/// devices within the golden tolerance (Llama; Gemma 3, whose window of 5 the span crosses).
+/// devices within the golden tolerance (Llama; Gemma 3, whose window of 5 the span crosses: there also
+/// transformers' own image-token mask's logits).
 #[wasm_bindgen_test]
 async fn prompt_chunks_on_webgpu_and_cpu() {
     let gpu = device::gpu().await.expect("a WebGPU adapter");
@@ -131,6 +132,14 @@ async fn prompt_chunks_on_webgpu_and_cpu() {
         );
         let causal = golden::causal_logits(f, &gpu.device).await;
         golden::span_moves_only_its_positions(f.name, &on_gpu, &causal, causal.len() / 12);
+        for (on, logits) in [("WebGPU", &on_gpu), ("CPU", &on_cpu)] {
+            if let Some(diff) = golden::span_matches_transformers(f, logits) {
+                console_log!(
+                    "{}: a bidirectional span on {on} vs transformers {diff:e}",
+                    f.name
+                );
+            }
+        }
     }
 }
 

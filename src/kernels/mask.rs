@@ -5,9 +5,14 @@
 //!
 //! A forward runs queries at positions `pos .. pos + s` over keys at positions `0 .. pos + s` (the cache
 //! and the new positions). Query `q` sees key `j` when
-//! - `j ≤ q` (causal) and, under a sliding window `w`, `q − j < w`; or
-//! - `j` and `q` lie in the same bidirectional span: a chunk of the prompt whose rows attend to each
-//!   other (Gemma 3's image tokens; transformers ORs this with the layer's causal or sliding mask).
+//! - `j ≤ q` (causal), or `j` and `q` lie in the same bidirectional span: a chunk of the prompt whose
+//!   rows attend to each other (Gemma 3's image tokens); and
+//! - under a sliding window `w`, `q − j < w` (a window limits how far back a query looks, never a later
+//!   key of its span).
+//!
+//! This is transformers' Gemma 3 mask (`create_masks_for_vision_model`: full layers OR(causal, block),
+//! sliding layers AND(window, OR(causal, block))) and llama.cpp's (a non-causal image batch, its SWA
+//! window still applied); `tests/model_golden.rs` checks it against transformers' logits.
 //!
 //! A span holds the query it applies to, so the keys a query sees are always one range of positions.
 //! Spans are given in absolute positions, sorted and disjoint; one that began before `pos` must have
@@ -80,18 +85,18 @@ impl<'a> Mask<'a> {
         self.pos + self.s
     }
 
-    /// The keys query `r` (position `pos + r`) sees: one range of positions, never empty.
+    /// The keys query `r` (position `pos + r`) sees: one range of positions, never empty. A span only
+    /// reaches forward (to its end); earlier keys of it are earlier positions, which the causal rule
+    /// already gives, within the window.
     pub fn keys(&self, r: usize) -> Range<usize> {
         let q = self.pos + r;
-        let mut keys = self.window.map_or(0, |w| (q + 1).saturating_sub(w))..q + 1;
+        let start = self.window.map_or(0, |w| (q + 1).saturating_sub(w));
         // The spans are sorted: the last one starting at or before q is the only one that can hold it.
         let i = self.spans.partition_point(|sp| sp.start <= q);
-        if let Some(sp) = i.checked_sub(1).map(|i| &self.spans[i])
-            && q < sp.end
-        {
-            keys = keys.start.min(sp.start)..keys.end.max(sp.end);
+        match i.checked_sub(1).map(|i| &self.spans[i]) {
+            Some(sp) if q < sp.end => start..sp.end,
+            _ => start..q + 1,
         }
-        keys
     }
 
     /// The keys any of queries `rows` sees: from the smallest start to the largest end.
@@ -119,8 +124,8 @@ mod tests {
 
     /// The rule of the module docs, key by key.
     fn sees(window: Option<usize>, spans: &[Range<usize>], q: usize, j: usize) -> bool {
-        let causal = j <= q && window.is_none_or(|w| q - j < w);
-        causal || spans.iter().any(|sp| sp.contains(&q) && sp.contains(&j))
+        let span = spans.iter().any(|sp| sp.contains(&q) && sp.contains(&j));
+        (j <= q || span) && window.is_none_or(|w| j > q || q - j < w)
     }
 
     #[test]

@@ -15,7 +15,8 @@ pub enum Attend {
     /// Each row sees the rows before it (and itself), as text does.
     #[default]
     Causal,
-    /// Every row of the chunk sees every other row of it, besides what causality gives.
+    /// Every row of the chunk sees every other row of it, besides what causality gives (within a
+    /// layer's sliding window, which limits how far back a row looks: `kernels::mask`).
     Bidirectional,
 }
 

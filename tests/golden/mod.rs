@@ -3,7 +3,8 @@
 //! `tests/fixtures/make_golden.py`: Llama (f32, llama3 rope scaling, tied embeddings), Qwen2 (bf16, q/k/v
 //! biases) and Qwen3 (f16, q/k norms, head_dim ≠ hidden/heads), all with GQA; and by
 //! `make_golden_families.py`: Gemma 3 (sliding window 5 < the prompt, local/global layers), Gemma 2
-//! (softcapping), Phi-3 (LongRoPE, fused projections), Phi-4-mini (partial rotary) and SmolLM3 (NoPE).
+//! (softcapping), Phi-3 (LongRoPE, fused projections), Phi-4-mini (partial rotary) and SmolLM3 (NoPE);
+//! and by `make_golden_bidirectional.py`: Gemma 3's logits with a bidirectional image-token block.
 
 use burn::tensor::{Device, Tensor};
 use kiln::loader::{Checkpoint, LoadError, SafetensorsError};
@@ -389,6 +390,45 @@ pub async fn bidirectional_logits(f: &Fixture, device: &Device) -> (Vec<f32>, Ve
         .await,
     );
     (one, two)
+}
+
+/// transformers' all-position logits of a fixture's golden prompt with [`SPAN`] one bidirectional
+/// block: Gemma 3's image-token mask built from `token_type_ids` by transformers' own functions
+/// (`tests/fixtures/make_golden_bidirectional.py`; sliding layers AND their window of 5 with it).
+#[derive(Deserialize)]
+pub struct SpanGolden {
+    pub prompt_ids: Vec<u32>,
+    /// `[start, end)`: [`SPAN`].
+    pub span: [usize; 2],
+    /// `[prompt_len][vocab]`.
+    pub logits: Vec<Vec<f32>>,
+}
+
+/// The fixtures with a [`SpanGolden`] (Gemma 3's, whose window of 5 the span of 6 crosses).
+pub fn span_golden(f: &Fixture) -> Option<SpanGolden> {
+    let json = match f.name {
+        "gemma3" => include_str!("../fixtures/golden/gemma3/bidirectional.json"),
+        _ => return None,
+    };
+    Some(serde_json::from_str(json).expect("bidirectional.json"))
+}
+
+/// `got` ([`bidirectional_logits`] of `f`) within [`LOGITS_TOLERANCE`] of transformers' logits of the
+/// same span ([`span_golden`]); the largest difference, or `None` for a fixture without one.
+pub fn span_matches_transformers(f: &Fixture, got: &[f32]) -> Option<f32> {
+    let want = span_golden(f)?;
+    let golden: Golden = serde_json::from_str(f.golden).expect("golden.json");
+    assert_eq!(want.prompt_ids, golden.prompt_ids, "{}: the same prompt", f.name);
+    assert_eq!(want.span, [SPAN.start, SPAN.end], "{}: the same span", f.name);
+    let want: Vec<f32> = want.logits.concat();
+    assert_eq!(got.len(), want.len(), "{}: all positions", f.name);
+    let diff = max_abs_diff(got, &want);
+    assert!(
+        diff <= LOGITS_TOLERANCE,
+        "{}: a bidirectional span: max |logit - transformers| = {diff}",
+        f.name
+    );
+    Some(diff)
 }
 
 /// Causal all-position logits of the golden prompt, with the fused step off as in
