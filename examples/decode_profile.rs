@@ -88,6 +88,7 @@ fn main() {
     {
         use kiln::kernels::gpu::decode as fused;
         let c = &dec.config;
+        let caps = dec.caps();
         let time = |f: &dyn Fn() -> Tensor<2>| {
             let _ = sync(f().unsqueeze());
             let t0 = Instant::now();
@@ -113,15 +114,15 @@ fn main() {
         );
         eprintln!(
             "silu_mul [1, f]: {:.3} ms",
-            time(&|| fused::silu_mul(g.clone(), g.clone()))
+            time(&|| fused::gated(g.clone(), g.clone(), fused::Gate::Silu, caps.features))
         );
         eprintln!(
             "rms_norm [1, h]: {:.3} ms",
-            time(&|| fused::rms_norm(x.clone(), &w, 1e-5))
+            time(&|| fused::rms_norm(x.clone(), &w, 1e-5, caps.features))
         );
         eprintln!(
             "add_rms_norm [1, h]: {:.3} ms",
-            time(&|| fused::add_rms_norm(x.clone(), x.clone(), &w, 1e-5).1)
+            time(&|| fused::add_rms_norm(x.clone(), x.clone(), None, &w, 1e-5, caps.features).1)
         );
         let kv = Tensor::<2>::random(
             [1, c.num_kv_heads * c.head_dim],
@@ -135,7 +136,7 @@ fn main() {
             let (k, v) = &mut *slots;
             let slot = fused::CacheSlot { keys: k, values: v };
             let how = fused::Attend::plain(c.head_dim, &table);
-            fused::attention_append(q.clone(), kv.clone(), kv.clone(), how, pos, slot)
+            fused::attention_append(q.clone(), kv.clone(), kv.clone(), how, pos, slot, caps)
         };
         eprintln!("attention_append pos=63: {:.3} ms", time(&|| attend(63)));
         eprintln!("attention_append pos=511: {:.3} ms", time(&|| attend(511)));
@@ -218,6 +219,7 @@ fn compile_times(dev: &burn::tensor::Device, c: &kiln::model::config::ModelConfi
     use kiln::kernels::gpu::{self, decode as fused};
     use kiln::loader::GgmlType;
 
+    let caps = kiln::kernels::caps::Caps::of(dev);
     let first = |name: &str, f: &dyn Fn() -> Tensor<2>| {
         let t0 = Instant::now();
         let _ = pollster::block_on(f().into_data_async());
@@ -228,9 +230,11 @@ fn compile_times(dev: &burn::tensor::Device, c: &kiln::model::config::ModelConfi
     let x = r([1, h]);
     let w = Tensor::<1>::random([h], Distribution::Uniform(-1.0, 1.0), dev);
     first("sync", &|| x.clone());
-    first("rms_norm", &|| fused::rms_norm(x.clone(), &w, 1e-5));
+    first("rms_norm", &|| {
+        fused::rms_norm(x.clone(), &w, 1e-5, caps.features)
+    });
     first("add_rms_norm", &|| {
-        fused::add_rms_norm(x.clone(), x.clone(), &w, 1e-5).1
+        fused::add_rms_norm(x.clone(), x.clone(), None, &w, 1e-5, caps.features).1
     });
     let keys = Tensor::<4>::random([1, c.num_kv_heads, 256, d], Distribution::Uniform(-1.0, 1.0), dev);
     let cache = std::cell::RefCell::new((keys.clone(), keys));
@@ -244,7 +248,7 @@ fn compile_times(dev: &burn::tensor::Device, c: &kiln::model::config::ModelConfi
         let (k, v) = &mut *slots;
         let slot = fused::CacheSlot { keys: k, values: v };
         let how = fused::Attend::plain(d, &table);
-        fused::attention_append(q.clone(), kv.clone(), kv.clone(), how, 64, slot)
+        fused::attention_append(q.clone(), kv.clone(), kv.clone(), how, 64, slot, caps)
     });
     for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
         let row = ty.row_bytes(h).expect("row");

@@ -7,7 +7,8 @@
 //!
 //! `kiln-gpu-bench [--shapes smollm2-135m,llama-3.2-1b] [--formats q4_0,q4_k] [--prompt 128] [--tokens 64]
 //! [--bandwidth GB/s] [--gemv rows|split|auto] [--out results.json]` (`--gemv`: the decode GEMV's layout,
-//! by default the one chosen for the adapter)
+//! by default the one chosen for the adapter; the fused decode step's, `Decoder::set_caps`: prefill keeps
+//! the adapter's)
 //!
 //! The bound: a decode step reads every weight once (the tied embedding as the `lm_head`), so at most
 //! `bandwidth / weight bytes` steps a second; the fraction is `weight bytes × decode tok/s / bandwidth`
@@ -25,7 +26,7 @@ mod native {
 
     use kiln::engine::runtime::counters;
     use kiln::engine::runtime::runner::{Readout, Runner, greedy_ids};
-    use kiln::kernels::gpu::{GemvLayout, gemv_layout, set_gemv_layout};
+    use kiln::kernels::caps::{Caps, GemvLayout};
     use kiln::loader::quantize::{Quantizing, quantize_type};
     use kiln::loader::{GgmlType, LoadError, RawTensor, Weights};
     use kiln::model::{Decoder, ModelConfig};
@@ -180,14 +181,9 @@ mod native {
         let gpu = block_on(kiln::engine::runtime::device::gpu()).map_err(|e| {
             format!("no wgpu adapter ({e}): this benchmark needs a Vulkan driver (`vulkaninfo --summary`)")
         })?;
-        if let Some(layout) = a.gemv {
-            set_gemv_layout(layout);
-        }
-        eprintln!(
-            "gpu-bench: adapter {:?}, decode GEMV {:?}",
-            gpu.info,
-            gemv_layout()
-        );
+        let own = Caps::of(&gpu.device);
+        let caps = a.gemv.map_or(own, |layout| own.with_gemv(layout));
+        eprintln!("gpu-bench: adapter {:?}, decode GEMV {:?}", gpu.info, caps.gemv);
         let mut results = Vec::new();
         println!(
             "{:<14} {:<6} {:>9} {:>13} {:>12} {:>14} {:>12} {:>10}",
@@ -208,7 +204,8 @@ mod native {
                 let cfg = ModelConfig::from_json(&json).map_err(|e| e.to_string())?;
                 let mut random = Random(0x9E37_79B9_7F4A_7C15);
                 let mut weights = Quantizing::new(&mut random, ty);
-                let d = Decoder::load(cfg, &mut weights, &gpu.device).map_err(|e| e.to_string())?;
+                let mut d = Decoder::load(cfg, &mut weights, &gpu.device).map_err(|e| e.to_string())?;
+                d.set_caps(caps);
                 let load_s = t0.elapsed().as_secs_f64();
                 let bytes = d.device_bytes() as f64;
                 eprintln!(
@@ -238,7 +235,7 @@ mod native {
                     "decode_tok_s": decode_tps, "dispatches_per_step": counts.dispatches as f64 / steps,
                     "read_bytes_per_step": counts.read_bytes as f64 / steps,
                     "dispatches_per_step_by_kernel": per_kernel, "bandwidth_gb_s": a.bandwidth,
-                    "fraction_of_bandwidth_bound": bound, "fused": d.is_fused(), "gemv": gemv_layout(),
+                    "fraction_of_bandwidth_bound": bound, "fused": d.is_fused(), "gemv": caps.gemv,
                 }));
             }
         }

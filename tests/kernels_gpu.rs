@@ -55,10 +55,9 @@ fn device() -> Device {
 }
 
 /// The kernel feature sets the tests run: the plain f32 kernels, and the device's own optional paths
-/// (`kernels::gpu::caps`; on lavapipe f16 and subgroups of 8) where it has any.
+/// (the device's `kernels::caps::Caps`; on lavapipe f16 and subgroups of 8) where it has any.
 fn feature_sets() -> Vec<gpu::Features> {
-    let _ = device();
-    let own = gpu::features();
+    let own = gpu::Caps::of(&device()).features;
     let mut sets = vec![gpu::Features::BASE];
     if own != gpu::Features::BASE {
         sets.push(own);
@@ -301,7 +300,7 @@ fn check_matmul(id: u32) -> f64 {
                 }
                 let x: Vec<f32> = (0..m * k).map(|_| rng.unit()).collect();
                 let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [m, k]), &device);
-                let y = read(gpu::matmul_with(xt, &w, layout));
+                let y = read(gpu::matmul(xt, &w.with_caps(w.caps().with_gemv(layout))));
                 assert_eq!(y.len(), m * n);
                 for i in 0..m {
                     for j in 0..n {
@@ -458,7 +457,7 @@ fn model_sized_rows_match_the_host() {
         ] {
             let x: Vec<f32> = (0..m * k).map(|_| rng.unit()).collect();
             let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [m, k]), &device);
-            let y = read(gpu::matmul_with(xt, &w, layout));
+            let y = read(gpu::matmul(xt, &w.with_caps(w.caps().with_gemv(layout))));
             for i in 0..m {
                 for j in 0..n {
                     let (xr, wr) = (&x[i * k..(i + 1) * k], &w_host[j * k..(j + 1) * k]);
@@ -496,7 +495,7 @@ fn gemv_covers_a_vocabulary_sized_matrix() {
     let x: Vec<f32> = (0..k).map(|_| rng.unit()).collect();
     for layout in [GemvLayout::Rows, GemvLayout::Split] {
         let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [1, k]), &device);
-        let y = read(gpu::matmul_with(xt, &w, layout));
+        let y = read(gpu::matmul(xt, &w.with_caps(w.caps().with_gemv(layout))));
         assert_eq!(y.len(), n);
         check_rows(&y, &w_host, &x, k, layout);
     }

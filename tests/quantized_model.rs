@@ -12,7 +12,7 @@ mod golden;
 use std::borrow::Cow;
 
 use burn::tensor::Device;
-use kiln::kernels::gpu::caps::{Features, with_features};
+use kiln::kernels::caps::{Caps, Features};
 use kiln::loader::{GgmlType, Gguf, LoadError, RawTensor, Weights};
 use kiln::model::Decoder;
 use kiln::model::GgufWeights;
@@ -103,7 +103,7 @@ fn compare_ties(got: &[f32], want: &[f32], vocab: usize, slack: f32) -> (f32, us
 fn check(file: &str, device: &Device, name: &str, tolerance: f32) {
     for f in feature_sets(device) {
         let tol = if f.f16 { F16_TOLERANCE } else { tolerance };
-        with_features(f, || check_with(file, device, &format!("{name} {f:?}"), tol));
+        check_with(file, device, f, &format!("{name} {f:?}"), tol);
     }
 }
 
@@ -111,26 +111,25 @@ fn check(file: &str, device: &Device, name: &str, tolerance: f32) {
 /// (f16 decode activations and KV cache, subgroup sums: `kernels::gpu::caps`) where a wgpu device has any.
 fn feature_sets(device: &Device) -> Vec<Features> {
     let mut sets = vec![Features::BASE];
-    let own = kiln::kernels::gpu::features();
+    let own = Caps::of(device).features;
     if !matches!(device.as_dispatch(), burn::backend::DispatchDevice::Flex(_)) && own != Features::BASE {
         sets.push(own);
     }
     sets
 }
 
-fn check_with(file: &str, device: &Device, name: &str, tolerance: f32) {
+/// Quantized against dequantised logits with the decoders' kernels under `f`.
+fn check_with(file: &str, device: &Device, f: Features, name: &str, tolerance: f32) {
     let bytes = data::read(file);
     let tokenizer = ModelTokenizer::from_gguf(&Gguf::parse(&bytes).expect("parses")).expect("tokenizer");
     let ids = tokenizer.encode(PROMPT, false).expect("encodes");
     assert!(ids.len() > 8, "{ids:?}");
-    let quant = load(&bytes, device, false);
-    let dense = load(&bytes, device, true);
+    let mut quant = load(&bytes, device, false);
+    let mut dense = load(&bytes, device, true);
+    quant.set_caps(Caps::of(device).with_features(f));
+    dense.set_caps(Caps::of(device).with_features(f));
     let vocab = quant.config.vocab_size;
-    let slack = if kiln::kernels::gpu::features().f16 {
-        2.0 * tolerance
-    } else {
-        0.0
-    };
+    let slack = if f.f16 { 2.0 * tolerance } else { 0.0 };
     let (rel, disagree) = compare_ties(&logits(&quant, &ids), &logits(&dense, &ids), vocab, slack);
     eprintln!(
         "{file} on {name}: max |logit − dense| / max |logit| = {rel:e}, argmax disagrees at {disagree}"
@@ -187,9 +186,9 @@ fn fused_equals_generic(fused: &Decoder, prompt: &[u32], steps: usize, tolerance
             false => (tolerance, steps),
         };
         let name = format!("{name} {f:?}");
-        worst = worst.max(with_features(f, || {
-            fused_equals_generic_with(fused, prompt, steps, tol, &name)
-        }));
+        let mut under = fused.clone();
+        under.set_caps(Caps::of(fused.device()).with_features(f));
+        worst = worst.max(fused_equals_generic_with(&under, prompt, steps, tol, &name));
     }
     worst
 }
@@ -219,7 +218,7 @@ fn fused_equals_generic_with(
     for step in 0..steps {
         let want = read(generic.forward(&next, &mut cg, false).expect("generic step"));
         let got = read(fused.forward(&next, &mut cf, false).expect("fused step"));
-        let slack = if kiln::kernels::gpu::features().f16 {
+        let slack = if fused.caps().features.f16 {
             2.0 * tolerance
         } else {
             0.0

@@ -7,6 +7,7 @@
 //! - [`gpu`]: burn's wgpu runtime (WebGPU in the browser): cubecl kernels over the blocks in a `u32`
 //!   storage buffer, a GEMV for decode steps and a tiled matmul for prefill, both dequantising in registers
 //!   (f16 scales decoded by hand, so no `shader-f16` is needed). 16-bit float weights stay 16-bit there too.
+//! - [`caps`]: a device's capabilities, the value its kernels are handed.
 //!
 //! [`QuantWeight`] is what a model holds: which device it lives on is decided once, at load, by
 //! [`QuantWeight::place`]; a device without a kernel for the type gets `None`, and the caller keeps the
@@ -19,6 +20,7 @@
 // below match nothing.
 #![cfg_attr(not(feature = "webgpu"), allow(unreachable_patterns))]
 
+pub mod caps;
 pub mod cpu;
 #[cfg(feature = "webgpu")]
 pub mod gpu;

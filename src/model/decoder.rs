@@ -22,6 +22,7 @@ use super::layers::linear::Matrix;
 use super::layers::norm::rms_norm;
 use super::layers::rope::RopeTable;
 use super::placed::{Placing, Tensors};
+use crate::kernels::caps::Caps;
 use crate::kernels::mask::{Mask, SpanError};
 use crate::loader::{LoadError, Weights};
 
@@ -45,6 +46,9 @@ pub struct Decoder {
     /// Which steps on wgpu read back the sampler's candidates instead of whole rows of logits, when the
     /// request allows ([`Decoder::set_select_on_device`]).
     select: SelectOnDevice,
+    /// The device's capabilities, handed to the fused step's kernels and the device-side argmax
+    /// ([`Decoder::set_caps`]).
+    caps: Caps,
     /// One per rope of the config.
     pub(super) ropes: Vec<RopeTable>,
 }
@@ -61,15 +65,11 @@ pub enum SelectOnDevice {
 }
 
 impl SelectOnDevice {
-    /// The default for the wgpu adapter in use: `Always` on GPUs; `Greedy` on software adapters, where
+    /// The default for a device of `caps`: `Always` on GPUs; `Greedy` on software adapters, where
     /// the sort costs more than the row it saves (measured: 25–32 ms per step on lavapipe, about 0.4 s on
     /// SwiftShader, against a 49 152-logit read that costs next to nothing there).
-    pub fn for_adapter() -> Self {
-        #[cfg(feature = "webgpu")]
-        let software = crate::kernels::gpu::software_adapter();
-        #[cfg(not(feature = "webgpu"))]
-        let software = true;
-        match software {
+    pub fn for_caps(caps: Caps) -> Self {
+        match caps.software {
             true => Self::Greedy,
             false => Self::Always,
         }
@@ -145,7 +145,8 @@ impl Decoder {
             lm_head,
             tied,
             fused: false,
-            select: SelectOnDevice::for_adapter(),
+            select: SelectOnDevice::for_caps(Caps::of(device)),
+            caps: Caps::of(device),
             ropes,
         };
         decoder.set_fused(true);
@@ -171,6 +172,19 @@ impl Decoder {
     /// Whether single-position steps take the fused decode kernels ([`Decoder::set_fused`]).
     pub fn is_fused(&self) -> bool {
         self.fused
+    }
+
+    /// The device capabilities the decoder's own kernels run by: the device's ([`Caps::of`]) unless
+    /// [`Decoder::set_caps`] chose others.
+    pub fn caps(&self) -> Caps {
+        self.caps
+    }
+
+    /// Runs the fused step (its norms, attention, gated activation and GEMVs), the device-side argmax
+    /// and the KV caches made from now on by `caps`, capabilities the device has (tests and benchmarks
+    /// compare the kernels' paths on one load). The generic path's products keep their weights' caps.
+    pub fn set_caps(&mut self, caps: Caps) {
+        self.caps = caps;
     }
 
     /// Which steps on wgpu select the sampler's candidates on the device (`engine::runtime::runner::Readout`)
@@ -221,14 +235,13 @@ impl Decoder {
         )
     }
 
-    /// What the KV cache holds: f16 where the fused wgpu step runs in f16 (the device's features, see
-    /// `kernels::gpu::caps`), f32 otherwise (the generic path and the CPU backend read f32).
+    /// What the KV cache holds: f16 where the fused wgpu step runs in f16 ([`Decoder::caps`]), f32
+    /// otherwise (the generic path and the CPU backend read f32).
     pub fn cache_dtype(&self) -> burn::tensor::DType {
-        #[cfg(feature = "webgpu")]
-        if self.fused && crate::kernels::gpu::features().f16 {
-            return burn::tensor::DType::F16;
+        match self.fused && self.caps.features.f16 {
+            true => burn::tensor::DType::F16,
+            false => burn::tensor::DType::F32,
         }
-        burn::tensor::DType::F32
     }
 
     /// Whether keys cached in a cache of `a` positions are valid in one of `b` positions (the rope
@@ -261,7 +274,8 @@ impl Decoder {
 
     /// Runs a prompt of `chunks` (one sequence: `cache` of batch 1) after what `cache` holds, appending
     /// to it: ids embedded as [`Decoder::forward`] embeds them, embedding rows placed as they are, each
-    /// bidirectional chunk's rows seeing each other in every layer. Logits as [`Decoder::forward`]'s
+    /// bidirectional chunk's rows seeing each other in every layer (a later row within a sliding
+    /// layer's window of it: `kernels::mask`). Logits as [`Decoder::forward`]'s
     /// (`b` = 1). A prompt of ids only is [`Decoder::forward`] of them, to the bit.
     pub fn prefill(
         &self,

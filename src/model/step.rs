@@ -39,48 +39,40 @@ use super::config::{Act, CacheKind};
 use super::decoder::Decoder;
 use super::layers::kv_cache::KvCache;
 use super::layers::linear::{Linear, Matrix};
-use crate::kernels::gpu::decode::{self as fused, Attend, CacheSlot};
+use crate::kernels::caps::Caps;
+use crate::kernels::gpu::decode::{self as fused, Attend, CacheSlot, Gate};
 
-/// `x: [r, in]` through `l` → `[r, out]`.
-fn apply(l: &Linear, x: Tensor<2>) -> Tensor<2> {
-    let [r, n] = x.dims();
-    let [out, _] = l.weight.dims();
-    l.forward(x.reshape([r, 1, n])).reshape([r, out])
+/// `x: [r, in]` through `l` → `[r, out]`; a weight in kiln's GPU blocks by `caps`.
+fn apply(l: &Linear, x: Tensor<2>, caps: Caps) -> Tensor<2> {
+    let [y] = apply_many([l], x, caps);
+    y
 }
 
-/// `x: [r, in]` through each of `ls` → `[r, out_i]`: one GEMV launch for all where their weights are
-/// kiln's GPU blocks (`kernels::gpu::matmul_many`), biases added after; else one [`apply`] each.
-fn apply_many<const N: usize>(ls: [&Linear; N], x: Tensor<2>) -> [Tensor<2>; N] {
+/// `x: [r, in]` through each of `ls` → `[r, out_i]`, by `caps`: one GEMV launch for all where their
+/// weights are kiln's GPU blocks (`kernels::gpu::matmul_many`), biases added after; else each through its
+/// [`Linear`].
+fn apply_many<const N: usize>(ls: [&Linear; N], x: Tensor<2>, caps: Caps) -> [Tensor<2>; N] {
     let ws: Option<Vec<_>> = ls
         .iter()
         .map(|l| match &l.weight {
-            Matrix::Quant(q) => q.gpu(),
+            Matrix::Quant(q) => q.gpu().map(|w| w.with_caps(caps)),
             Matrix::Dense(_) => None,
         })
         .collect();
     let Some(ws) = ws else {
-        return ls.map(|l| apply(l, x.clone()));
+        let [r, n] = x.dims();
+        return ls.map(|l| {
+            let [out, _] = l.weight.dims();
+            l.forward(x.clone().reshape([r, 1, n])).reshape([r, out])
+        });
     };
+    let ws: Vec<_> = ws.iter().collect();
     let ys = crate::kernels::gpu::matmul_many(x, &ws);
     let mut ys = ls.iter().zip(ys).map(|(l, y)| match &l.bias {
         Some(bias) => y + bias.clone().unsqueeze::<2>(),
         None => y,
     });
     std::array::from_fn(|_| ys.next().expect("one output per projection"))
-}
-
-/// `(x + delta, its RMSNorm by w)`, or with `delta` normalised by `wd` first (Gemma).
-fn residual(
-    x: Tensor<2>,
-    delta: Tensor<2>,
-    wd: Option<&Tensor<1>>,
-    w: &Tensor<1>,
-    eps: f32,
-) -> (Tensor<2>, Tensor<2>) {
-    match wd {
-        Some(wd) => fused::norm_add_rms_norm(x, delta, wd, w, eps),
-        None => fused::add_rms_norm(x, delta, w, eps),
-    }
 }
 
 impl Decoder {
@@ -107,12 +99,19 @@ impl Decoder {
         let h = c.hidden_size;
         let eps = c.rms_norm_eps as f32;
         let pos = cache.len;
+        let caps = self.caps();
+        let f = caps.features;
         let layers: Vec<_> = self.blocks.iter().filter_map(|b| b.step_parts()).collect();
         let mut x = self.embed(tokens).reshape([b, h]);
-        let mut hn = fused::rms_norm(x.clone(), layers.first().map_or(&self.norm, |l| l.pre_attn), eps);
+        let mut hn = fused::rms_norm(
+            x.clone(),
+            layers.first().map_or(&self.norm, |l| l.pre_attn),
+            eps,
+            f,
+        );
         for (i, layer) in layers.iter().enumerate() {
             let [wq, wk, wv, gate, up] = layer.proj;
-            let [q, k, v] = apply_many([wq, wk, wv], hn);
+            let [q, k, v] = apply_many([wq, wk, wv], hn, caps);
             let kind = c.layers[i];
             let how = Attend {
                 rope: kind.rope.map(|r| &self.ropes[r].cos_sin),
@@ -122,21 +121,21 @@ impl Decoder {
                 softcap: c.attn_softcap.map(|cap| cap as f32),
             };
             let (keys, values) = cache.slots(i, 1);
-            let attn = fused::attention_append(q, k, v, how, pos, CacheSlot { keys, values });
+            let attn = fused::attention_append(q, k, v, how, pos, CacheSlot { keys, values }, caps);
             let (post_attn, post_ffw) = layer.post.unzip();
-            let o = apply(&layer.attn.o, attn);
-            let (x1, hn1) = residual(x, o, post_attn, layer.pre_mlp, eps);
-            let [g, u] = apply_many([gate, up], hn1);
-            let act = match c.act {
-                Act::Silu => fused::silu_mul(g, u),
-                Act::GeluTanh => fused::gelu_tanh_mul(g, u),
+            let o = apply(&layer.attn.o, attn, caps);
+            let (x1, hn1) = fused::add_rms_norm(x, o, post_attn, layer.pre_mlp, eps, f);
+            let [g, u] = apply_many([gate, up], hn1, caps);
+            let gate = match c.act {
+                Act::Silu => Gate::Silu,
+                Act::GeluTanh => Gate::GeluTanh,
             };
-            let mlp = apply(layer.down, act);
+            let mlp = apply(layer.down, fused::gated(g, u, gate, f), caps);
             let next = layers.get(i + 1).map_or(&self.norm, |l| l.pre_attn);
-            (x, hn) = residual(x1, mlp, post_ffw, next, eps);
+            (x, hn) = fused::add_rms_norm(x1, mlp, post_ffw, next, eps, f);
         }
         cache.advance(1);
-        let logits = self.cap_logits(self.lm_head.matmul(hn));
+        let logits = self.cap_logits(self.lm_head.matmul_by(hn, caps));
         logits.reshape([b, 1, c.vocab_size])
     }
 }

@@ -16,8 +16,8 @@
 
 use burn::tensor::{DType, Tensor, TensorData};
 use half::f16;
-use kiln::kernels::gpu::caps::{Features, with_features};
-use kiln::kernels::gpu::decode::{self as fused, Attend, CacheSlot};
+use kiln::kernels::gpu::caps::Features;
+use kiln::kernels::gpu::decode::{self as fused, Attend, CacheSlot, Gate};
 
 use super::{Rng, device, feature_sets};
 
@@ -67,7 +67,7 @@ fn host_norm(x: &[f64], w: &[f32], h: usize, eps: f64) -> Vec<f64> {
 #[test]
 fn rms_norm_and_add_rms_norm_match_the_host() {
     for f in feature_sets() {
-        with_features(f, || check_rms_norms(f));
+        check_rms_norms(f);
     }
 }
 
@@ -84,7 +84,7 @@ fn check_rms_norms(f: Features) {
         };
         let wt = Tensor::<1>::from_data(TensorData::new(w.clone(), [h]), &device);
         let xd: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
-        let got = read(fused::rms_norm(t(&x, [r, h]), &wt, 1e-5));
+        let got = read(fused::rms_norm(t(&x, [r, h]), &wt, 1e-5, f));
         close_rel(
             &got,
             &host_norm(&xd, &w, h, 1e-5),
@@ -93,7 +93,7 @@ fn check_rms_norms(f: Features) {
             &format!("rms_norm {f:?}"),
         );
         let sum: Vec<f64> = x.iter().zip(&delta).map(|(&a, &b)| f64::from(a + b)).collect();
-        let (s, n) = fused::add_rms_norm(t(&x, [r, h]), t(&delta, [r, h]), &wt, 1e-6);
+        let (s, n) = fused::add_rms_norm(t(&x, [r, h]), t(&delta, [r, h]), None, &wt, 1e-6, f);
         close(&read(s), &sum, 0.0, "add_rms_norm sum");
         let want = host_norm(&sum, &w, h, 1e-6);
         close_rel(&read(n), &want, 1e-5, rel, &format!("add_rms_norm {f:?}"));
@@ -153,7 +153,7 @@ const fn case(shape: (usize, usize, usize, usize, usize, usize)) -> Case {
 fn check_attention(rng: &mut Rng, c: &Case) {
     for f in feature_sets() {
         let seed = rng.next();
-        with_features(f, || check_attention_with(&mut Rng(seed), c, f));
+        check_attention_with(&mut Rng(seed), c, f);
     }
 }
 
@@ -383,7 +383,7 @@ fn split_attention_matches_the_host() {
 #[test]
 fn norm_add_rms_norm_matches_the_host() {
     for f in feature_sets() {
-        with_features(f, || check_norm_add_rms_norm(f));
+        check_norm_add_rms_norm(f);
     }
 }
 
@@ -404,7 +404,7 @@ fn check_norm_add_rms_norm(f: Features) {
             .zip(host_norm(&dd, &wd, h, 1e-6))
             .map(|(&a, b)| f64::from(a) + b)
             .collect();
-        let (s, n) = fused::norm_add_rms_norm(t(&x, [r, h]), t(&delta, [r, h]), &t1(&wd), &t1(&w), 1e-6);
+        let (s, n) = fused::add_rms_norm(t(&x, [r, h]), t(&delta, [r, h]), Some(&t1(&wd)), &t1(&w), 1e-6, f);
         close(&read(s), &sum, 1e-5, "norm_add_rms_norm sum");
         let want = host_norm(&sum, &w, h, 1e-6);
         close_rel(
@@ -420,7 +420,7 @@ fn check_norm_add_rms_norm(f: Features) {
 #[test]
 fn gelu_tanh_mul_matches_the_host() {
     for f in feature_sets() {
-        with_features(f, || check_gelu_tanh_mul(f));
+        check_gelu_tanh_mul(f);
     }
 }
 
@@ -441,7 +441,7 @@ fn check_gelu_tanh_mul(feat: Features) {
         })
         .collect();
     close_rel(
-        &read(fused::gelu_tanh_mul(t(&g), t(&u))),
+        &read(fused::gated(t(&g), t(&u), Gate::GeluTanh, feat)),
         &want,
         1e-5,
         rounding(feat),
@@ -452,7 +452,7 @@ fn check_gelu_tanh_mul(feat: Features) {
 #[test]
 fn silu_mul_matches_the_host() {
     for f in feature_sets() {
-        with_features(f, || check_silu_mul(f));
+        check_silu_mul(f);
     }
 }
 
@@ -471,6 +471,6 @@ fn check_silu_mul(feat: Features) {
             g / (1.0 + (-g).exp()) * f64::from(u)
         })
         .collect();
-    let got = read(fused::silu_mul(t(&g), t(&u)));
+    let got = read(fused::gated(t(&g), t(&u), Gate::Silu, feat));
     close_rel(&got, &want, 1e-5, rounding(feat), &format!("silu_mul {feat:?}"));
 }

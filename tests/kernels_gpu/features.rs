@@ -1,4 +1,4 @@
-//! The device's optional kernel paths (`kernels::gpu::caps`): what the device reports, the subgroup
+//! The device's optional kernel paths (`kernels::caps`, `kernels::gpu::caps`): what the device reports, the subgroup
 //! probe's layout check, and the GEMV in both layouts with f16 activations and with subgroup shuffles
 //! (lanes 1 to 8 per row group: every butterfly width lavapipe's subgroups of 8 allow) against the host.
 //!
@@ -20,7 +20,13 @@ fn the_device_reports_the_features_in_use() {
     let gpu = pollster::block_on(kiln::engine::runtime::device::gpu()).expect("wgpu");
     let info = gpu.info;
     let f = info.features.expect("a wgpu device reports its features");
-    assert_eq!(f, gpu::features(), "the report is what the kernels take");
+    let caps = gpu::Caps::of(&gpu.device);
+    assert_eq!(f, caps.features, "the report is what the kernels take");
+    assert_eq!(
+        info.gemv,
+        Some(caps.gemv),
+        "the report is the GEMV layout the weights take"
+    );
     assert!(!f.f16 || info.shader_f16, "f16 only with shader-f16: {info:?}");
     assert!(
         f.subgroups.is_none() || info.subgroups,
@@ -73,7 +79,7 @@ fn the_probe_refuses_layouts_the_kernels_do_not_assume() {
 #[test]
 fn gemv_with_f16_activations_and_subgroups_matches_the_host() {
     let device = device();
-    let own = gpu::features();
+    let own = gpu::Caps::of(&device).features;
     let mut rng = Rng(0xFEA7_0001);
     // (GGML type, block elements, blocks per row, rows of x, layout, features).
     let mut cases = Vec::new();
@@ -102,7 +108,10 @@ fn gemv_with_f16_activations_and_subgroups_matches_the_host() {
         };
         let xt = Tensor::<2>::from_data(TensorData::new(x, [m, k]), &device);
         let xt = if f.f16 { xt.cast(DType::F16) } else { xt };
-        let y = read(gpu::matmul_features(xt, &w, layout, f));
+        let y = read(gpu::matmul(
+            xt,
+            &w.with_caps(w.caps().with_gemv(layout).with_features(f)),
+        ));
         assert_eq!(y.len(), m * n);
         for i in 0..m {
             for j in 0..n {

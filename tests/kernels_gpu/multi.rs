@@ -1,10 +1,11 @@
 //! Two or three GEMVs in one launch (`kernels::gpu::matmul_group`, what the fused decode step runs for a
 //! layer's q, k, v and its gate, up) against one launch per weight: bit for bit, in both layouts, with
 //! the plain kernels and the device's own paths, for matrices of different formats and row counts (none
-//! a multiple of a workgroup's rows), 1 and 3 rows of `x`; and `None` where the launch does not apply.
+//! a multiple of a workgroup's rows), 1 and 3 rows of `x`; and `None` where the launch does not apply
+//! (also for weights of other caps).
 
 use burn::tensor::{DType, Tensor, TensorData};
-use kiln::kernels::gpu::{self, Features, GemvLayout};
+use kiln::kernels::gpu::{self, GemvLayout};
 
 use super::{Rng, device, feature_sets, random_blocks, read, upload};
 
@@ -26,17 +27,19 @@ fn one_launch_equals_one_per_weight() {
             .iter()
             .map(|&(id, n)| upload(id, &random_blocks(&mut rng, id, n * k), n, k, &device))
             .collect();
-        let refs: Vec<_> = ws.iter().collect();
         {
             let x: Vec<f32> = (0..m * k).map(|_| rng.unit()).collect();
             for f in feature_sets() {
                 for layout in [GemvLayout::Rows, GemvLayout::Split] {
                     let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [m, k]), &device);
                     let xt = if f.f16 { xt.cast(DType::F16) } else { xt };
-                    let got = gpu::matmul_group(&xt, &refs, layout, f).expect("the launch applies");
+                    let caps = gpu::Caps::of(&device).with_gemv(layout).with_features(f);
+                    let ws: Vec<_> = ws.iter().map(|w| w.with_caps(caps)).collect();
+                    let refs: Vec<_> = ws.iter().collect();
+                    let got = gpu::matmul_group(&xt, &refs).expect("the launch applies");
                     assert_eq!(got.len(), ws.len());
                     for (i, (y, w)) in got.into_iter().zip(&ws).enumerate() {
-                        let want = read(gpu::matmul_features(xt.clone(), w, layout, f));
+                        let want = read(gpu::matmul(xt.clone(), w));
                         let y = read(y);
                         assert_eq!(y.len(), want.len());
                         for (j, (a, b)) in y.iter().zip(&want).enumerate() {
@@ -61,16 +64,17 @@ fn the_launch_declines_what_it_does_not_cover() {
     let w = |rng: &mut Rng, n: usize| upload(3, &random_blocks(rng, 3, n * k), n, k, &device);
     let (a, b) = (w(&mut rng, 8), w(&mut rng, 8));
     let x = |m: usize| Tensor::<2>::zeros([m, k], &device);
-    let f = Features::BASE;
-    let rows = GemvLayout::Rows;
-    assert!(gpu::matmul_group(&x(1), &[&a], rows, f).is_none(), "one weight");
+    assert!(gpu::matmul_group(&x(1), &[&a],).is_none(), "one weight");
+    assert!(gpu::matmul_group(&x(1), &[&a, &b, &a, &b]).is_none(), "four");
+    assert!(gpu::matmul_group(&x(9), &[&a, &b]).is_none(), "prefill rows");
+    let split = b.with_caps(b.caps().with_gemv(GemvLayout::Split));
     assert!(
-        gpu::matmul_group(&x(1), &[&a, &b, &a, &b], rows, f).is_none(),
-        "four"
+        gpu::matmul_group(&x(1), &[&a, &b]).is_some(),
+        "two weights of the same caps"
     );
     assert!(
-        gpu::matmul_group(&x(9), &[&a, &b], rows, f).is_none(),
-        "prefill rows"
+        gpu::matmul_group(&x(1), &[&a, &split]).is_none(),
+        "weights of other caps"
     );
     let bytes = random_blocks(&mut rng, 3, 8 * k);
     let row = bytes.len() / 8;
@@ -85,14 +89,11 @@ fn the_launch_declines_what_it_does_not_cover() {
     .expect("upload");
     assert!(parts.parts() > 1);
     assert!(
-        gpu::matmul_group(&x(1), &[&a, &parts], rows, f).is_none(),
+        gpu::matmul_group(&x(1), &[&a, &parts]).is_none(),
         "a weight in parts"
     );
     let other = upload(3, &random_blocks(&mut rng, 3, 8 * 2 * k), 8, 2 * k, &device);
-    assert!(
-        gpu::matmul_group(&x(1), &[&a, &other], rows, f).is_none(),
-        "another k"
-    );
+    assert!(gpu::matmul_group(&x(1), &[&a, &other]).is_none(), "another k");
     // The fallback of `matmul_many` gives one launch's outputs per weight either way.
     let ys = gpu::matmul_many(x(1), &[&a, &parts]);
     assert_eq!(ys.iter().map(|y| y.dims()).collect::<Vec<_>>(), [[1, 8], [1, 8]]);

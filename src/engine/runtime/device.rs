@@ -18,13 +18,8 @@ use burn::tensor::wgpu::{WgpuOptions, WgpuSetup, wgpu};
 use serde::Serialize;
 
 #[cfg(feature = "webgpu")]
-use crate::kernels::gpu::{Features, GemvLayout, set_features, set_gemv_layout, set_software_adapter};
-/// Without the WebGPU backend there is no GEMV to lay out ([`DeviceInfo::gemv`] is always `None`).
-#[cfg(not(feature = "webgpu"))]
-type GemvLayout = ();
-/// Without the WebGPU backend there are no kernel features ([`DeviceInfo::features`] is always `None`).
-#[cfg(not(feature = "webgpu"))]
-type Features = ();
+use crate::kernels::caps::{self, Caps};
+use crate::kernels::caps::{Features, GemvLayout};
 
 /// Which kind of device a [`Gpu`] or [`cpu`] call produced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -218,7 +213,7 @@ pub async fn gpu() -> Result<Gpu, DeviceError> {
             false => None,
         };
         let gpu = Gpu {
-            info: describe(&setup, subgroups),
+            info: describe(&device, &setup, subgroups),
             device,
         };
         GPU.with(|g| *g.borrow_mut() = Some(gpu.clone()));
@@ -248,7 +243,7 @@ pub async fn gpu() -> Result<Gpu, DeviceError> {
             false => None,
         };
         let gpu = Gpu {
-            info: describe(&setup, subgroups),
+            info: describe(&device, &setup, subgroups),
             device,
         };
         *slot = Some(gpu.clone());
@@ -289,14 +284,13 @@ fn env_flag(name: &str) -> Option<bool> {
     }
 }
 
-/// What the device is, and the kernel choices made for it ([`set_gemv_layout`], [`set_features`]);
+/// What the device is, and the kernel choices made for it (its [`Caps`], recorded for `device`);
 /// `subgroups`: the subgroup size the probe accepted, if the adapter has subgroups.
 #[cfg(feature = "webgpu")]
-fn describe(setup: &WgpuSetup, subgroups: Option<u32>) -> DeviceInfo {
+fn describe(device: &Device, setup: &WgpuSetup, subgroups: Option<u32>) -> DeviceInfo {
     let adapter = setup.adapter.get_info();
     let limits = setup.adapter.limits();
     let software = adapter.device_type == wgpu::DeviceType::Cpu;
-    set_software_adapter(software);
     let gemv = match software {
         true => GemvLayout::Rows,
         false => GemvLayout::Split,
@@ -307,13 +301,19 @@ fn describe(setup: &WgpuSetup, subgroups: Option<u32>) -> DeviceInfo {
         Ok("split") => GemvLayout::Split,
         _ => gemv,
     };
-    set_gemv_layout(gemv);
     let shader_f16 = setup.adapter.features().contains(wgpu::Features::SHADER_F16);
     let f16 = shader_f16;
     #[cfg(not(target_family = "wasm"))]
     let f16 = f16 && env_flag("KILN_F16") != Some(false);
     let features = Features { f16, subgroups };
-    set_features(features);
+    caps::record(
+        device,
+        Caps {
+            features,
+            gemv,
+            software,
+        },
+    );
     DeviceInfo {
         kind: DeviceKind::Gpu,
         backend: format!("{:?}", setup.backend),

@@ -12,6 +12,7 @@ use burn::tensor::{TensorData, Transaction};
 
 use super::counters::note_read;
 use crate::engine::EngineError;
+use crate::kernels::caps::Caps;
 #[cfg(feature = "webgpu")]
 use crate::kernels::gpu::select;
 use crate::model::{Chunk, Decoder, KvCache, SelectOnDevice};
@@ -95,12 +96,20 @@ fn floats(data: TensorData) -> Result<Vec<f32>, EngineError> {
 
 /// The candidates of `logits: [r, V]` (adjusted in place first), in one read.
 #[cfg(feature = "webgpu")]
-async fn read_top(logits: &Tensor<2>, adjust: &[Adjust], t: f32) -> Result<Vec<Candidates>, EngineError> {
+async fn read_top(
+    logits: &Tensor<2>,
+    adjust: &[Adjust],
+    t: f32,
+    caps: Caps,
+) -> Result<Vec<Candidates>, EngineError> {
     let [r, v] = logits.dims();
     select::adjust(logits, adjust);
     // Greedy needs only the best pair, without the sort or the sums.
     let (k, read) = match t > 0.0 {
-        false => (1, Transaction::default().register(select::argmax(logits.clone()))),
+        false => (
+            1,
+            Transaction::default().register(select::argmax(logits.clone(), caps.features)),
+        ),
         true => {
             let found = select::top_k(logits.clone(), TOP_K.min(v), t);
             let read = Transaction::default().register(found.top).register(found.stats);
@@ -139,7 +148,7 @@ async fn read_top(logits: &Tensor<2>, adjust: &[Adjust], t: f32) -> Result<Vec<C
 
 /// Without the WebGPU backend no decoder selects on the device (`Decoder::selects_on_device`).
 #[cfg(not(feature = "webgpu"))]
-async fn read_top(_: &Tensor<2>, _: &[Adjust], _: f32) -> Result<Vec<Candidates>, EngineError> {
+async fn read_top(_: &Tensor<2>, _: &[Adjust], _: f32, _: Caps) -> Result<Vec<Candidates>, EngineError> {
     Err(device_error("candidates on the device need the WebGPU backend"))
 }
 
@@ -196,7 +205,7 @@ impl Runner {
         match readout {
             Readout::Full => Ok(Rows::Full(read_rows(logits).await?)),
             Readout::Top { adjust, temperature } => {
-                let top = read_top(&logits, adjust, temperature).await?;
+                let top = read_top(&logits, adjust, temperature, self.decoder.caps()).await?;
                 self.last = Some(logits);
                 Ok(Rows::Top(top))
             }

@@ -1,6 +1,8 @@
 //! What the adapter offers kiln's kernels beyond plain WGSL: 16-bit floats (`shader-f16`) and subgroup
 //! operations (`subgroups`), chosen once per device at its creation (`engine::runtime::device::gpu`) and reported
-//! by `deviceReport` ([`Features`]).
+//! by `deviceReport` ([`Features`]); with the GEMV layout and whether the adapter is a software one, they
+//! are the device's [`Caps`] (`kernels/caps.rs`): a value kernels are handed, not a process setting. Here:
+//! how the kernels' element types follow them, and the subgroup [`probe`].
 //!
 //! - **f16** ([`Features::f16`]): the decode step keeps the activations that feed its matrix products
 //!   (the normalised hidden state, the attention output, the gated activation) and the KV cache in f16;
@@ -20,9 +22,6 @@
 //! SwiftShader (Chromium's software adapter) has neither feature; Mesa's lavapipe has both (f16, and
 //! subgroups of 8), so the native tests run every kernel both ways.
 
-use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-
 use burn::backend::Cube;
 use burn::tensor::{DType, Device, Shape, Tensor};
 use cubecl::ir::FloatKind;
@@ -30,74 +29,7 @@ use cubecl::prelude::*;
 
 use super::decode::empty_like;
 
-/// The optional kernel paths a device takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Features {
-    /// Decode activations and the KV cache in f16 (`shader-f16`).
-    pub f16: bool,
-    /// Subgroup reductions: the smallest subgroup size any kernel may run with (a power of two, 4 to
-    /// [`MAX_SUBGROUP`]), or `None` without them.
-    pub subgroups: Option<u32>,
-}
-
-impl Features {
-    /// Plain f32 kernels, no subgroups: what every WebGPU adapter runs.
-    pub const BASE: Features = Features {
-        f16: false,
-        subgroups: None,
-    };
-
-    /// The width of a shuffle reduction over `lanes` lanes: `lanes` itself when subgroups are on and a
-    /// subgroup holds them all, else `None` (shared memory).
-    pub fn shuffle_width(&self, lanes: usize) -> Option<usize> {
-        self.subgroups
-            .map(|s| s as usize)
-            .filter(|&s| lanes <= s && lanes.is_power_of_two())
-            .map(|_| lanes)
-    }
-}
-
-static F16: AtomicBool = AtomicBool::new(false);
-/// The subgroup size in use, 0 for none.
-static SUBGROUPS: AtomicU32 = AtomicU32::new(0);
-
-thread_local! {
-    /// A override of the device's features on this thread ([`with_features`]).
-    static SCOPED: Cell<Option<Features>> = const { Cell::new(None) };
-}
-
-/// Sets the features kernels take by default from now on (one wgpu device per process).
-pub fn set_features(features: Features) {
-    F16.store(features.f16, Ordering::Relaxed);
-    SUBGROUPS.store(features.subgroups.unwrap_or(0), Ordering::Relaxed);
-}
-
-/// The features kernels take: those of [`with_features`] on this thread, else those set by
-/// [`set_features`] ([`Features::BASE`] before a device was made).
-pub fn features() -> Features {
-    SCOPED.get().unwrap_or_else(|| Features {
-        f16: F16.load(Ordering::Relaxed),
-        subgroups: match SUBGROUPS.load(Ordering::Relaxed) {
-            0 => None,
-            s => Some(s),
-        },
-    })
-}
-
-/// Runs `f` with the kernels launched on this thread taking `features` instead of the device's (tests
-/// and benchmarks compare the paths in one process; `features` must be ones the device has). KV caches
-/// made inside take its f16 choice for good.
-pub fn with_features<T>(features: Features, f: impl FnOnce() -> T) -> T {
-    struct Restore(Option<Features>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            SCOPED.set(self.0);
-        }
-    }
-    let _restore = Restore(SCOPED.replace(Some(features)));
-    f()
-}
+pub use crate::kernels::caps::{Caps, Features, GemvLayout};
 
 /// The kernels' element type for a float tensor of `dtype`: f16 for `F16`, else f32 (what every other
 /// float tensor of kiln's kernels is, or is cast to).

@@ -6,16 +6,16 @@
 //! positions allocated in the cache.
 //!
 //! - [`rms_norm`]: `x: [r, h]` → `[r, h]`; [`add_rms_norm`] first adds a residual and returns the sum too
-//!   (the pre-norm Llama layer); [`norm_add_rms_norm`] normalises the residual before adding it (Gemma's
+//!   (the pre-norm Llama layer), or with a second weight normalises the residual before adding it (Gemma's
 //!   sandwich: `x + rmsnorm(delta)·w₁`, then `rmsnorm(that)·w₂`). One workgroup per row: each thread sums
 //!   the squares of a strided share of the row, one barrier, then every thread adds the partial sums and
 //!   writes its share of the outputs (twice over for the sandwich).
 //! - [`attention_append`] (`attention.rs`): per-head q/k RMSNorm, rope at position `pos`, the key and
 //!   value written into the cache `[b, K, A, d]` at `pos`, and grouped-query attention over the cache (or
 //!   a sliding window of it), with a score scale and an optional logit softcap, in one launch.
-//! - [`silu_mul`]: `silu(g) · u`, [`gelu_tanh_mul`]: `gelu_tanh(g) · u`, elementwise, `[r, f]` each.
+//! - [`gated`]: `silu(g) · u` or `gelu_tanh(g) · u` ([`Gate`]), elementwise, `[r, f]` each.
 //!
-//! Sums in f32. Where the device's [`Features`] have f16, the activations these kernels write for a
+//! Each takes the device's [`Features`] (or other ones it has) as an argument. Sums in f32. Where they have f16, the activations these kernels write for a
 //! matrix product (the norms' outputs, the gated activation, attention's output) are f16 and the KV cache
 //! is f16; the residual sums stay f32. Where they have subgroups, the norms' sums of squares meet through
 //! them. Results match the generic path up to rounding (different summation orders; f16's where it is
@@ -23,9 +23,7 @@
 
 mod attention;
 
-pub use attention::{
-    Attend, CacheSlot, SPLIT, attention_append, attention_append_split, attention_append_with, split_len,
-};
+pub use attention::{Attend, CacheSlot, SPLIT, attention_append, attention_append_split, split_len};
 
 use burn::backend::Cube;
 use burn::tensor::{DType, Shape, Tensor};
@@ -34,7 +32,7 @@ use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
-use super::caps::{Features, act_dtype, elem, features};
+use super::caps::{Features, act_dtype, elem};
 
 /// Threads of the row kernels (RMSNorm) and of the elementwise kernels.
 const ROW_WG: usize = 64;
@@ -226,14 +224,9 @@ pub(crate) fn empty_dtype(t: &CubeTensor, shape: Shape, dtype: DType) -> CubeTen
     empty_device_dtype(t.client.clone(), t.device.clone(), shape, dtype)
 }
 
-/// RMSNorm of each row: `x: [r, h]`, `w: [h]` → `x / sqrt(mean(x²) + eps) · w`, `[r, h]` (f16 where the
-/// device's [`features`] say so).
-pub fn rms_norm(x: Tensor<2>, w: &Tensor<1>, eps: f32) -> Tensor<2> {
-    rms_norm_with(x, w, eps, features())
-}
-
-/// [`rms_norm`] under `f`.
-pub fn rms_norm_with(x: Tensor<2>, w: &Tensor<1>, eps: f32, f: Features) -> Tensor<2> {
+/// RMSNorm of each row: `x: [r, h]`, `w: [h]` → `x / sqrt(mean(x²) + eps) · w`, `[r, h]` (f16 where `f`
+/// has it; the sum of squares through subgroups where `f` has them).
+pub fn rms_norm(x: Tensor<2>, w: &Tensor<1>, eps: f32, f: Features) -> Tensor<2> {
     let [r, h] = x.dims();
     let x = cube(x, "rms_norm");
     let w = cube(w.clone(), "rms_norm weight");
@@ -264,25 +257,9 @@ fn plane_rows(f: Features) -> bool {
     f.subgroups.is_some_and(|s| s as usize <= ROW_WG)
 }
 
-/// `s = x + delta` and its RMSNorm, `(s, rms_norm(s, w))`, all `[r, h]` (the norm f16 where the device's
-/// [`features`] say so, the sum f32).
-pub fn add_rms_norm(x: Tensor<2>, delta: Tensor<2>, w: &Tensor<1>, eps: f32) -> (Tensor<2>, Tensor<2>) {
-    residual_norm(x, delta, None, w, eps, features())
-}
-
-/// Gemma's sandwich: `s = x + rms_norm(delta, wd)` and its RMSNorm, `(s, rms_norm(s, w))`, all `[r, h]`.
-pub fn norm_add_rms_norm(
-    x: Tensor<2>,
-    delta: Tensor<2>,
-    wd: &Tensor<1>,
-    w: &Tensor<1>,
-    eps: f32,
-) -> (Tensor<2>, Tensor<2>) {
-    residual_norm(x, delta, Some(wd), w, eps, features())
-}
-
-/// [`add_rms_norm`], or [`norm_add_rms_norm`] with `wd`, under `f`.
-pub fn residual_norm(
+/// `s = x + delta` and its RMSNorm, `(s, rms_norm(s, w))`, all `[r, h]` (the norm f16 where `f` has it,
+/// the sum f32); with `wd`, Gemma's sandwich: `s = x + rms_norm(delta, wd)` instead.
+pub fn add_rms_norm(
     x: Tensor<2>,
     delta: Tensor<2>,
     wd: Option<&Tensor<1>>,
@@ -343,19 +320,18 @@ pub fn residual_norm(
     )
 }
 
-/// `silu(g) · u` elementwise: `g`, `u`: `[r, f]` → `[r, f]` (f16 where the device's [`features`] say so).
-pub fn silu_mul(g: Tensor<2>, u: Tensor<2>) -> Tensor<2> {
-    gated(g, u, false, features())
+/// The activation of a gated MLP's gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// `silu(g) = g · sigmoid(g)`.
+    Silu,
+    /// `gelu_tanh(g) = 0.5·g·(1 + tanh(√(2/π)·(g + 0.044715·g³)))`.
+    GeluTanh,
 }
 
-/// `gelu_tanh(g) · u` elementwise, `0.5·g·(1 + tanh(√(2/π)·(g + 0.044715·g³)))·u`: `g`, `u`: `[r, f]` →
-/// `[r, f]`.
-pub fn gelu_tanh_mul(g: Tensor<2>, u: Tensor<2>) -> Tensor<2> {
-    gated(g, u, true, features())
-}
-
-/// [`silu_mul`], or [`gelu_tanh_mul`] when `gelu`, under `f`.
-pub fn gated(g: Tensor<2>, u: Tensor<2>, gelu: bool, f: Features) -> Tensor<2> {
+/// `gate(g) · u` elementwise: `g`, `u`: `[r, f]` → `[r, f]` (f16 where `f` has it).
+pub fn gated(g: Tensor<2>, u: Tensor<2>, gate: Gate, f: Features) -> Tensor<2> {
+    let gelu = gate == Gate::GeluTanh;
     let [r, n] = g.dims();
     assert_eq!(u.dims(), [r, n], "gated activation: g and u differ in shape");
     let g = cube(g, "activation g");

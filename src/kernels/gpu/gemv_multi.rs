@@ -18,7 +18,7 @@ use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::empty_device_dtype;
 use cubecl::prelude::*;
 
-use super::caps::{Features, elem};
+use super::caps::elem;
 use super::gemv::{GEMV_MAX_M, GEMV_WG, ROWS_PER_GROUP, gemv_format, gemv_rows};
 use super::gemv_split::{SPLIT_WG, blocks_of, gemv_split_rows, lanes, partial_len, rows_per_group};
 use super::{GemvLayout, GpuWeight};
@@ -129,20 +129,18 @@ fn gemv_multi_kernel<X: Float>(
     }
 }
 
-/// `x · W_iᵀ` for each of `ws` (two or three weights of `x`'s `k`, on its device) in one launch, in the
-/// GEMV layout `layout` under `features`; `None` where the launch does not apply (`m` above the GEMV's,
-/// a weight in several buffers, another count), and the caller runs one GEMV per weight.
-pub fn matmul_group(
-    x: &Tensor<2>,
-    ws: &[&GpuWeight],
-    layout: GemvLayout,
-    features: Features,
-) -> Option<Vec<Tensor<2>>> {
+/// `x · W_iᵀ` for each of `ws` (two or three weights of `x`'s `k`, on its device, with the same caps) in
+/// one launch, in their GEMV layout and under their features; `None` where the launch does not apply (`m`
+/// above the GEMV's, a weight in several buffers, another count, weights of other caps), and the caller
+/// runs one GEMV per weight.
+pub fn matmul_group(x: &Tensor<2>, ws: &[&GpuWeight]) -> Option<Vec<Tensor<2>>> {
     let [m, k] = x.dims();
-    let fits = |w: &&GpuWeight| w.k == k && w.parts.len() == 1;
+    let caps = ws.first()?.caps;
+    let fits = |w: &&GpuWeight| w.k == k && w.parts.len() == 1 && w.caps == caps;
     if !(2..=3).contains(&ws.len()) || !(1..=GEMV_MAX_M).contains(&m) || !ws.iter().all(fits) {
         return None;
     }
+    let (layout, features) = (caps.gemv, caps.features);
     let x = match x.dtype() {
         DType::F16 => x.clone(),
         _ => x.clone().cast(DType::F32),

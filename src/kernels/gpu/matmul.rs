@@ -28,12 +28,11 @@ use burn_cubecl::kernel::{into_contiguous, slice};
 use burn_cubecl::ops::numeric::empty_device_dtype;
 use cubecl::prelude::*;
 
+use super::GemvLayout;
 use super::GpuWeight;
-use super::caps::{Features, features};
 use super::dequant::dequant_elem;
 use super::gemv::{GEMV_MAX_M, GEMV_WG, ROWS_PER_GROUP, gemv_format, gemv_kernel};
 use super::gemv_split::{SPLIT_WG, blocks_of, gemv_split_kernel, lanes, rows_per_group};
-use super::{GemvLayout, gemv_layout};
 
 /// Tile edge (outputs per side, and the K step).
 pub(crate) const TILE: usize = 32;
@@ -132,24 +131,15 @@ pub(crate) fn linear_grid(groups: usize) -> CubeCount {
     CubeCount::Static(x as u32, y as u32, 1)
 }
 
-/// `y = x · Wᵀ`: `x: [m, k]` f32 on the weight's device → `[m, n]` f32, decode steps in the GEMV layout
-/// of [`gemv_layout`].
+/// `y = x · Wᵀ`: `x: [m, k]` f32 on the weight's device → `[m, n]` f32, decode steps by the weight's
+/// [`Caps`](super::Caps): their GEMV layout, subgroup reductions in the split GEMV. An f16 `x` is read as
+/// f16 by the GEMV (the tiled kernel takes it widened to f32 first).
 ///
 /// # Panics
 ///
 /// If `x` is not `[m, k]` with the weight's `k`, or not on the weight's (wgpu) device.
 pub fn matmul(x: Tensor<2>, w: &GpuWeight) -> Tensor<2> {
-    matmul_with(x, w, gemv_layout())
-}
-
-/// [`matmul`] with `m ≤ 8` in the GEMV layout `layout`.
-pub fn matmul_with(x: Tensor<2>, w: &GpuWeight, layout: GemvLayout) -> Tensor<2> {
-    matmul_features(x, w, layout, features())
-}
-
-/// [`matmul_with`] under `features` (subgroup reductions in the split GEMV) instead of the device's.
-/// An f16 `x` is read as f16 by the GEMV (the tiled kernel takes it widened to f32 first).
-pub fn matmul_features(x: Tensor<2>, w: &GpuWeight, layout: GemvLayout, features: Features) -> Tensor<2> {
+    let (layout, features) = (w.caps.gemv, w.caps.features);
     let [m, k] = x.dims();
     assert_eq!(k, w.k, "matmul: x is [{m}, {k}], the weight [{}, {}]", w.n, w.k);
     // Software adapters run every `m` through the GEMV, 8 rows of `x` at a time: the tiled kernel's

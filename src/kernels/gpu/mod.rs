@@ -1,8 +1,9 @@
 //! kiln's own GPU kernels for quantized weights: `y = x · Wᵀ` and the embedding gather, reading GGML
 //! blocks straight from device memory.
 //!
-//! The optional paths (f16 activations and KV cache, subgroup reductions) are chosen per device in
-//! `caps.rs`.
+//! The optional paths (f16 activations and KV cache, subgroup reductions, the GEMV layout) are a device's
+//! [`Caps`] (`caps.rs`): a weight holds those it was uploaded under and its GEMVs run by them
+//! ([`GpuWeight::with_caps`] hands them others).
 //!
 //! A [`GpuWeight`] holds a tensor's GGML bytes exactly as in the file (zero-padded to whole `u32` words),
 //! so device memory stays the file's size; the kernels dequantise while they compute and never write f32
@@ -38,52 +39,10 @@ mod gemv_split;
 mod matmul;
 pub mod select;
 
-pub use caps::{Features, features, set_features};
+pub use caps::{Caps, Features, GemvLayout};
 pub use embed::embedding;
 pub use gemv_multi::matmul_group;
-pub use matmul::{matmul, matmul_features, matmul_with};
-
-use std::sync::atomic::{AtomicBool, Ordering};
-
-/// How the decode GEMV spreads a matrix over threads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum GemvLayout {
-    /// Whole rows per thread (`gemv.rs`): software Vulkan (lavapipe, SwiftShader), where a workgroup's
-    /// threads are the SIMD lanes of one CPU thread.
-    Rows,
-    /// A row's blocks shared by a workgroup's lanes, summed in shared memory (`gemv_split.rs`): GPUs.
-    Split,
-}
-
-static SPLIT: AtomicBool = AtomicBool::new(false);
-static SOFTWARE: AtomicBool = AtomicBool::new(false);
-
-/// Records whether the wgpu adapter in use is a software one (lavapipe, SwiftShader): kernels and step
-/// choices that pay off only on GPUs look at it ([`software_adapter`]). Set by `engine::runtime::device::gpu`.
-pub fn set_software_adapter(software: bool) {
-    SOFTWARE.store(software, Ordering::Relaxed);
-}
-
-/// Whether the wgpu adapter in use is a software one ([`set_software_adapter`]; `false` before one).
-pub fn software_adapter() -> bool {
-    SOFTWARE.load(Ordering::Relaxed)
-}
-
-/// The layout [`matmul`] takes for decode steps from now on (chosen by `engine::runtime::device::gpu` from the
-/// adapter's type: `Rows` on a CPU adapter, `Split` on a GPU). One per process: kiln runs one wgpu device.
-pub fn set_gemv_layout(layout: GemvLayout) {
-    SPLIT.store(layout == GemvLayout::Split, Ordering::Relaxed);
-}
-
-/// The layout [`matmul`] takes ([`set_gemv_layout`]; `Rows` until a device was chosen).
-pub fn gemv_layout() -> GemvLayout {
-    if SPLIT.load(Ordering::Relaxed) {
-        GemvLayout::Split
-    } else {
-        GemvLayout::Rows
-    }
-}
+pub use matmul::matmul;
 
 use burn::backend::Cube;
 use burn::tensor::{Device, Tensor};
@@ -144,6 +103,8 @@ pub struct GpuWeight {
     parts: Vec<Part>,
     client: Client,
     device: CubeDevice,
+    /// How its GEMVs run: the device's caps at upload, unless [`GpuWeight::with_caps`] chose others.
+    caps: Caps,
 }
 
 /// Rows `row0 .. row0 + rows` of a [`GpuWeight`], in a buffer of their own: row `row0 + r` starts at byte
@@ -198,13 +159,24 @@ impl GpuWeight {
     pub fn parts(&self) -> usize {
         self.parts.len()
     }
+
+    /// The caps its GEMVs run by.
+    pub fn caps(&self) -> Caps {
+        self.caps
+    }
+
+    /// The same device buffers with GEMVs run by `caps` (caps the device has: tests and benchmarks
+    /// compare the kernels' paths on one upload).
+    pub fn with_caps(&self, caps: Caps) -> GpuWeight {
+        GpuWeight { caps, ..self.clone() }
+    }
 }
 
 /// `x · W_iᵀ` for each of `ws` (`x: [m, k]` → `[m, n_i]` each): one launch where [`matmul_group`]
-/// applies (decode rows, every weight in one buffer, two or three of them), else one [`matmul`] each.
+/// applies (decode rows, every weight in one buffer, two or three of them, the same caps), else one
+/// [`matmul`] each.
 pub fn matmul_many(x: Tensor<2>, ws: &[&GpuWeight]) -> Vec<Tensor<2>> {
-    let grouped = matmul_group(&x, ws, gemv_layout(), features());
-    match grouped {
+    match matmul_group(&x, ws) {
         Some(ys) => ys,
         None => ws.iter().map(|w| matmul(x.clone(), w)).collect(),
     }
@@ -341,6 +313,7 @@ pub fn upload_ggml_with_limit(
         parts,
         client,
         device: cube_device,
+        caps: Caps::of(device),
     })
 }
 

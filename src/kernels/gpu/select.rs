@@ -266,13 +266,9 @@ pub struct TopK {
 }
 
 /// `logits: [b, V]` → each row's largest logit and its id, `[b, 2]` (as [`TopK::top`] with `k = 1`), in
-/// one launch: greedy's candidate, without the sort.
-pub fn argmax(logits: Tensor<2>) -> Tensor<2> {
-    argmax_with(logits, super::caps::features())
-}
-
-/// [`argmax`] under `f` (through subgroups where it has them; the same pair either way).
-pub fn argmax_with(logits: Tensor<2>, f: super::caps::Features) -> Tensor<2> {
+/// one launch: greedy's candidate, without the sort; through subgroups where `f` has them (the same
+/// pair either way).
+pub fn argmax(logits: Tensor<2>, f: super::caps::Features) -> Tensor<2> {
     let [b, v] = logits.dims();
     assert!(v > 0 && v < PAD_ID as usize, "argmax: {v} logits");
     let input = cube(logits, "select logits");

@@ -142,12 +142,20 @@ pub(crate) trait Layer: Debug + Send + Sync {
     fn linears(&self) -> Vec<&Linear>;
 
     /// The layer as the fused wgpu decode step runs it (`model::step`), if it has that shape.
+    #[cfg_attr(
+        not(feature = "webgpu"),
+        allow(dead_code, reason = "only the fused wgpu step reads it")
+    )]
     fn step_parts(&self) -> Option<StepParts<'_>> {
         None
     }
 }
 
 /// A pre-norm attention + gated-MLP layer as the fused decode step sees it; norms `[h]`.
+#[cfg_attr(
+    not(feature = "webgpu"),
+    allow(dead_code, reason = "only the fused wgpu step reads it")
+)]
 pub(crate) struct StepParts<'a> {
     pub attn: &'a Attention,
     /// `(q, k, v, gate, up)`: separate projections.

@@ -272,6 +272,10 @@ pub(crate) fn linears_of<'a>(attn: &'a Attention, mlp: &'a Mlp) -> Vec<&'a Linea
 impl<'a> StepParts<'a> {
     /// An attention + MLP layer with these norms as the fused step runs it: `None` unless q, k, v and
     /// gate, up are separate projections.
+    #[cfg_attr(
+        not(feature = "webgpu"),
+        allow(dead_code, reason = "only the fused wgpu step reads it")
+    )]
     pub(crate) fn of(
         attn: &'a Attention,
         mlp: &'a Mlp,

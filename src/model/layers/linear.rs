@@ -59,6 +59,19 @@ impl Matrix {
         }
     }
 
+    /// [`Matrix::matmul`] with a weight in kiln's GPU blocks run by `caps` instead of those it was
+    /// uploaded under (the fused step's, [`Decoder::set_caps`](crate::model::Decoder::set_caps)).
+    #[cfg(feature = "webgpu")]
+    pub fn matmul_by(&self, x: Tensor<2>, caps: crate::kernels::caps::Caps) -> Tensor<2> {
+        match self {
+            Self::Quant(q) => match q.gpu() {
+                Some(w) => crate::kernels::gpu::matmul(x, &w.with_caps(caps)),
+                None => q.matmul(x),
+            },
+            Self::Dense(_) => self.matmul(x),
+        }
+    }
+
     /// Rows `ids` of `W` (an embedding lookup): `ids: [b][s]` → `[b, s, in]`.
     pub fn rows(&self, ids: &[Vec<u32>], device: &Device) -> Tensor<3> {
         let (b, s) = (ids.len(), ids.first().map_or(0, Vec::len));

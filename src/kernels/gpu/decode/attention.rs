@@ -27,7 +27,7 @@ use burn::backend::Cube;
 use burn::tensor::{Shape, Tensor};
 use cubecl::prelude::*;
 
-use super::super::caps::{Features, act_dtype, elem, features};
+use super::super::caps::{Caps, Features, act_dtype, elem};
 use super::{cube, cube_any, cube_as, empty_dtype, empty_like};
 
 /// Threads per (sequence, head) of the attention kernel; also the output columns merged per round.
@@ -355,6 +355,10 @@ impl Attend<'_> {
 ///
 /// If the shapes disagree (the cache must be `[b, K, A, d]` with `pos < A`, `pos < max_pos`, `K`
 /// dividing `H`, `d` even, norm weights `[d]`), or a window is 0.
+///
+/// The output is in the activation type of `caps.features` (f16 or f32); the cache keeps its own type
+/// (f16 or f32, as the cache was made). Long spans on GPUs are split ([`split_len`]).
+#[allow(clippy::too_many_arguments)]
 pub fn attention_append(
     q: Tensor<2>,
     k: Tensor<2>,
@@ -362,38 +366,25 @@ pub fn attention_append(
     how: Attend<'_>,
     pos: usize,
     slot: CacheSlot<'_>,
-) -> Tensor<2> {
-    attention_append_with(q, k, v, how, pos, slot, features())
-}
-
-/// [`attention_append`] with its output in the activation type of `f` (f16 or f32). The cache keeps
-/// its own type (f16 or f32, as the cache was made). Long spans on GPUs are split ([`split_len`]).
-pub fn attention_append_with(
-    q: Tensor<2>,
-    k: Tensor<2>,
-    v: Tensor<2>,
-    how: Attend<'_>,
-    pos: usize,
-    slot: CacheSlot<'_>,
-    f: Features,
+    caps: Caps,
 ) -> Tensor<2> {
     let start = how.window.map_or(0, |w| (pos + 1).saturating_sub(w));
-    let chunk = split_len(pos - start);
-    attention_append_split(q, k, v, how, pos, slot, f, chunk)
+    let chunk = split_len(pos - start, caps);
+    attention_append_split(q, k, v, how, pos, slot, caps.features, chunk)
 }
 
 /// Cached positions per split of the attention kernel: a span of at least `2 · SPLIT` cached positions is
 /// cut into splits of [`SPLIT`] on GPUs, where one workgroup per head would leave most of the machine
 /// idle (a 9-head model's 9 workgroups); software adapters, whose few CPU threads the heads already
 /// fill, take the span whole (`None`).
-pub fn split_len(span: usize) -> Option<usize> {
-    (span >= 2 * SPLIT && !crate::kernels::gpu::software_adapter()).then_some(SPLIT)
+pub fn split_len(span: usize, caps: Caps) -> Option<usize> {
+    (span >= 2 * SPLIT && !caps.software).then_some(SPLIT)
 }
 
 /// Cached positions per split where the attention is split ([`split_len`]): 8 per thread.
 pub const SPLIT: usize = 256;
 
-/// [`attention_append_with`] with the cached span cut into splits of `chunk` positions (`None`: one
+/// [`attention_append`] under `f` with the cached span cut into splits of `chunk` positions (`None`: one
 /// workgroup per head takes it whole). Split, each (head, split) workgroup writes its partial softmax
 /// state and a second launch merges them: two launches instead of one.
 #[allow(clippy::too_many_arguments)]
