@@ -107,6 +107,23 @@ async fn golden_models_on_cpu_in_wasm() {
     }
 }
 
+/// The vision parts of SmolVLM and Gemma 3 and their language models with the image's rows against
+/// transformers, in Chromium on WebGPU and on the CPU backend in wasm32 (`golden::vision`).
+#[wasm_bindgen_test]
+async fn vision_parts_on_webgpu_and_cpu() {
+    let gpu = device::gpu().await.expect("a WebGPU adapter");
+    let (cpu, _) = device::cpu();
+    for f in golden::vision::fixtures() {
+        for (on, device) in [("WebGPU", &gpu.device), ("CPU", &cpu)] {
+            let [patches, hidden, features, logits] = golden::vision::matches_transformers(&f, device).await;
+            console_log!(
+                "{} on {on}: patches {patches:e}, encoder {hidden:e}, features {features:e}, logits {logits:e}",
+                f.name
+            );
+        }
+    }
+}
+
 /// Prompt chunks in Chromium on WebGPU and on the CPU backend in wasm32: ids mixed with embedding rows
 /// equal the same prompt as ids bit for bit, and a bidirectional span gives the same logits on both
 /// devices within the golden tolerance (Llama; Gemma 3, whose window of 5 the span crosses: there also

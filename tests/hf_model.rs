@@ -132,7 +132,7 @@ fn hf_files_load_and_greedy_equals_transformers() {
 /// A multimodal checkpoint (a `vision_config`) is refused naming that field, before any tensor is read.
 #[test]
 fn a_multimodal_checkpoint_is_refused_by_name() {
-    let config = br#"{"architectures": ["Idefics3ForConditionalGeneration"],
+    let config = br#"{"architectures": ["Idefics3ForConditionalGeneration"], "image_token_id": 31,
         "text_config": {"model_type": "llama", "vocab_size": 32, "hidden_size": 64, "intermediate_size": 8,
             "num_hidden_layers": 1, "num_attention_heads": 4},
         "vision_config": {"model_type": "idefics3_vision", "hidden_size": 32, "intermediate_size": 64,

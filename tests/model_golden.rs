@@ -330,3 +330,22 @@ fn bad_chunks_are_refused() {
         .expect_err("not in the vocabulary");
     assert!(matches!(e, ForwardError::Token { .. }), "{e}");
 }
+
+/// The vision parts of SmolVLM (SigLIP tower, pixel shuffle, projection) and Gemma 3 (SigLIP tower,
+/// pooling, soft-embedding norm, projection; bidirectional image rows) and their language models with the
+/// image's rows in the prompt against transformers, on the CPU backend and on native wgpu
+/// (`golden::vision`).
+#[test]
+fn vision_parts_match_transformers_on_flex_and_wgpu() {
+    let gpu = pollster::block_on(kiln::engine::runtime::device::gpu()).expect("a wgpu adapter");
+    for f in golden::vision::fixtures() {
+        for (on, device) in [("flex", Device::flex()), ("wgpu", gpu.device.clone())] {
+            let [patches, hidden, features, logits] =
+                pollster::block_on(golden::vision::matches_transformers(&f, &device));
+            eprintln!(
+                "{} on {on}: patches {patches:e}, encoder {hidden:e}, features {features:e}, logits {logits:e}",
+                f.name
+            );
+        }
+    }
+}

@@ -11,6 +11,8 @@ use serde::Deserialize;
 
 pub use super::arch::Arch;
 use super::layers::rope::Rope;
+pub use super::vision::config::VisionConfig;
+use super::vision::config::VisionFields;
 
 /// `config.json` could not be used.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -116,89 +118,18 @@ pub(crate) struct HfConfig {
     /// A multimodal model's vision encoder.
     #[serde(default)]
     pub(crate) vision_config: Option<VisionFields>,
+    /// A multimodal model's placeholder token of image features (Gemma 3: `image_token_index`).
+    #[serde(default, alias = "image_token_index")]
+    pub(crate) image_token_id: Option<u32>,
+    /// Gemma 3: the embedding rows of one image.
+    #[serde(default)]
+    pub(crate) mm_tokens_per_image: Option<usize>,
+    /// Idefics3 / SmolVLM: the pixel shuffle's factor (patches per side merged into one token).
+    #[serde(default)]
+    pub(crate) scale_factor: Option<usize>,
     /// Not a `config.json` field: a GGUF file of a fused-qkv family that stores q, k and v apart.
     #[serde(skip)]
     pub(crate) split_qkv: Option<bool>,
-}
-
-/// The mirror of a `vision_config` (the fields of the SigLIP/CLIP towers multimodal families use).
-#[derive(Debug, Clone, Default, Deserialize)]
-pub(crate) struct VisionFields {
-    #[serde(default)]
-    pub(crate) model_type: Option<String>,
-    #[serde(default)]
-    pub(crate) hidden_size: usize,
-    #[serde(default)]
-    pub(crate) intermediate_size: usize,
-    #[serde(default)]
-    pub(crate) num_hidden_layers: usize,
-    #[serde(default)]
-    pub(crate) num_attention_heads: usize,
-    #[serde(default)]
-    pub(crate) num_channels: Option<usize>,
-    #[serde(default)]
-    pub(crate) image_size: usize,
-    #[serde(default)]
-    pub(crate) patch_size: usize,
-    #[serde(default)]
-    pub(crate) layer_norm_eps: Option<f64>,
-}
-
-/// A multimodal model's vision encoder as its config describes it: the family's encoder part builds
-/// itself from this.
-#[derive(Debug, Clone, PartialEq)]
-pub struct VisionConfig {
-    /// `siglip_vision_model`, `clip_vision_model`, … (as `config.json` names it, if it does).
-    pub model_type: Option<String>,
-    pub hidden_size: usize,
-    pub intermediate_size: usize,
-    pub num_layers: usize,
-    pub num_heads: usize,
-    pub num_channels: usize,
-    /// The side of the square image the encoder takes, in pixels.
-    pub image_size: usize,
-    /// The side of a square patch; it divides `image_size`.
-    pub patch_size: usize,
-    pub layer_norm_eps: f64,
-}
-
-impl VisionConfig {
-    /// Resolves `vision_config`: defaults (3 channels, eps 1e-6 as SigLIP's) applied, sizes checked; errors
-    /// name `vision_config.<field>`.
-    fn resolve(v: &VisionFields) -> Result<Self, ConfigError> {
-        let hidden_size = positive("vision_config.hidden_size", v.hidden_size)?;
-        let num_heads = positive("vision_config.num_attention_heads", v.num_attention_heads)?;
-        if !hidden_size.is_multiple_of(num_heads) {
-            return Err(invalid(
-                "vision_config.hidden_size",
-                format!("{hidden_size} is not a multiple of num_attention_heads = {num_heads}"),
-            ));
-        }
-        let image_size = positive("vision_config.image_size", v.image_size)?;
-        let patch_size = positive("vision_config.patch_size", v.patch_size)?;
-        if !image_size.is_multiple_of(patch_size) {
-            return Err(invalid(
-                "vision_config.patch_size",
-                format!("{patch_size} does not divide image_size = {image_size}"),
-            ));
-        }
-        Ok(Self {
-            model_type: v.model_type.clone(),
-            hidden_size,
-            intermediate_size: positive("vision_config.intermediate_size", v.intermediate_size)?,
-            num_layers: positive("vision_config.num_hidden_layers", v.num_hidden_layers)?,
-            num_heads,
-            num_channels: positive("vision_config.num_channels", v.num_channels.unwrap_or(3))?,
-            image_size,
-            patch_size,
-            layer_norm_eps: v.layer_norm_eps.unwrap_or(1e-6),
-        })
-    }
-
-    /// Patches along one side of the image.
-    pub fn patches_per_side(&self) -> usize {
-        self.image_size / self.patch_size
-    }
 }
 
 /// `rope_scaling` (transformers 4) or `rope_parameters` (transformers 5).
@@ -350,7 +281,10 @@ impl ModelConfig {
         let text = c.text_part()?;
         let arch = Arch::of(&text)?;
         let mut config = arch.family().resolve(&text)?;
-        config.vision = c.vision_config.as_ref().map(VisionConfig::resolve).transpose()?;
+        config.vision = match &c.vision_config {
+            Some(v) => Some(VisionConfig::resolve(v, &c, &config)?),
+            None => None,
+        };
         config.check()?;
         Ok(config)
     }

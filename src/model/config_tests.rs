@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::model::layers::rope::RopeScaling;
+use crate::model::vision::config::Projector;
 
 const BASE: &str = r#""vocab_size": 32, "hidden_size": 64, "intermediate_size": 8, "num_hidden_layers": 1,
     "num_attention_heads": 4"#;
@@ -251,7 +252,7 @@ fn nested_text_and_vision_configs_resolve() {
     // Idefics3 (SmolVLM): a Llama language model; `tie_word_embeddings` said at the top level.
     let smolvlm = format!(
         r#"{{"architectures": ["Idefics3ForConditionalGeneration"], "tie_word_embeddings": true,
-        "text_config": {{"model_type": "llama", {BASE}}},
+        "image_token_id": 30, "text_config": {{"model_type": "llama", {BASE}}},
         "vision_config": {{"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
         "num_attention_heads": 12, "image_size": 512, "patch_size": 16}}}}"#
     );
@@ -260,7 +261,41 @@ fn nested_text_and_vision_configs_resolve() {
         (s.arch, s.tie_word_embeddings, s.hidden_size),
         (Arch::Llama, true, 64)
     );
-    assert_eq!(s.vision.unwrap().patches_per_side(), 32);
+    let sv = s.vision.unwrap();
+    assert_eq!(sv.patches_per_side(), 32);
+    assert_eq!(
+        (sv.projector, sv.tokens_per_image(), sv.image_token_id),
+        (Projector::PixelShuffle { scale_factor: 2 }, 256, 30)
+    );
+    assert_eq!(
+        (v.projector, v.tokens_per_image(), v.image_token_id),
+        (
+            Projector::AvgPool {
+                tokens_per_image: 256
+            },
+            256,
+            262_144
+        ),
+        "Gemma 3's defaults"
+    );
+    let bad = smolvlm.replace(r#""image_token_id": 30"#, r#""image_token_id": 32"#);
+    let e = ModelConfig::from_json(bad.as_bytes()).unwrap_err();
+    assert!(
+        e.to_string().contains("image_token_id") && e.to_string().contains("32"),
+        "{e}"
+    );
+    let bad = smolvlm.replace(
+        r#""patch_size": 16"#,
+        r#""patch_size": 16, "hidden_act": "quick_gelu""#,
+    );
+    let e = ModelConfig::from_json(bad.as_bytes()).unwrap_err();
+    assert!(e.to_string().contains("vision_config.hidden_act"), "{e}");
+    let bad = smolvlm.replace(
+        r#""tie_word_embeddings": true,"#,
+        r#""tie_word_embeddings": true, "scale_factor": 3,"#,
+    );
+    let e = ModelConfig::from_json(bad.as_bytes()).unwrap_err();
+    assert!(e.to_string().contains("scale_factor"), "{e}");
 
     // Errors name the nested field.
     let bad = smolvlm.replace(r#""patch_size": 16"#, r#""patch_size": 15"#);

@@ -104,12 +104,14 @@ impl Decoder {
 
     /// Builds the decoder from tensors on `device` (placed as taken, or as a streamed file arrived).
     pub fn assemble(config: ModelConfig, ckpt: &mut dyn Tensors, device: &Device) -> Result<Self, LoadError> {
-        // A multimodal checkpoint: refused by name rather than as a missing or unexpected tensor.
+        // A multimodal checkpoint: refused by name rather than as a missing or unexpected tensor (its
+        // language model is assembled with its vision part, by `model::vision::assemble`).
         if let Some(v) = &config.vision {
             return Err(crate::model::ConfigError::Invalid {
                 field: "vision_config",
                 reason: format!(
-                    "this is a multimodal checkpoint ({} vision encoder); kiln does not run vision encoders yet",
+                    "this is a multimodal checkpoint ({} vision encoder): its language model is loaded \
+                     with its vision part (`model::vision`), which kiln's engine does not take yet",
                     v.model_type.as_deref().unwrap_or("a")
                 ),
             }

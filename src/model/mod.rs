@@ -1,6 +1,8 @@
 //! The decoder: shared layers (`layers`), one file per family (`arch`), the decoder that composes them
 //! (`decoder`, with the fused wgpu decode step in `step`), what a prefill runs (`input`: prompt chunks of
-//! ids and embedding rows), and the checkpoint tensors it is assembled from (`placed`). Every function takes tensors on any runtime device.
+//! ids and embedding rows), the checkpoint tensors it is assembled from (`placed`), and a
+//! vision-language model's vision part (`vision`: the encoder and the projector whose rows a prefill
+//! takes). Every function takes tensors on any runtime device.
 
 pub mod arch;
 pub mod config;
@@ -11,6 +13,7 @@ pub mod layers;
 pub mod placed;
 #[cfg(feature = "webgpu")]
 mod step;
+pub mod vision;
 
 pub use arch::Arch;
 pub use config::{CacheKind, ConfigError, ModelConfig, VisionConfig};
@@ -21,3 +24,4 @@ pub use layers::kv_cache::KvCache;
 pub use layers::linear::{Linear, Matrix};
 pub use layers::norm::rms_norm;
 pub use placed::{Placed, Placing, Staged, Tensors};
+pub use vision::{Vision, VisionError};

@@ -4,8 +4,9 @@
 //! checkpoint whose bytes are all there), [`Staged`] holds tensors placed as they arrived (a file
 //! streamed in pieces, in its own order).
 //!
-//! Tensors of higher rank (a vision tower's convolution `[out, in, kh, kw]`, position tables) are placed
-//! dense in f32 and taken through [`dense`] at the rank the caller names.
+//! Tensors of higher rank (a vision tower's convolution `[out, in, kh, kw]`) are placed dense in f32 and
+//! taken through [`dense`] at the rank the caller names; a matrix used otherwise than as a weight through
+//! [`dense_matrix`].
 //!
 //! Shapes: a vector is `[n]`; a matrix `[out, in]`; a dense tensor any shape, row-major.
 
@@ -66,6 +67,12 @@ pub fn dense<const D: usize>(
     Ok(ckpt.flat(name, &shape)?.reshape(shape))
 }
 
+/// Takes the 2-D tensor `name` of `shape` from `ckpt` as a dense f32 operand: a tensor used otherwise than
+/// as a weight's `x · Wᵀ` (Gemma 3's projection, applied as `x · W`), which no kernel reads in blocks.
+pub fn dense_matrix(ckpt: &mut dyn Tensors, name: &str, shape: [usize; 2]) -> Result<Tensor<2>, LoadError> {
+    Ok(ckpt.flat(name, &shape)?.reshape(shape))
+}
+
 /// A 1-D checkpoint tensor (a norm, a bias) as an f32 vector on `device`.
 fn vector(raw: &RawTensor<'_>, device: &Device) -> Tensor<1> {
     let n: usize = raw.shape.iter().product();
@@ -81,8 +88,8 @@ pub trait Tensors {
     fn vector(&mut self, name: &str, n: usize) -> Result<Tensor<1>, LoadError>;
     /// The `[out, in]` tensor `name`.
     fn matrix(&mut self, name: &str, shape: [usize; 2]) -> Result<Matrix, LoadError>;
-    /// The elements `[n]` (row-major, f32) of tensor `name` of `shape`, of rank 1 or ≥ 3 ([`dense`] shapes
-    /// them; a matrix is an error naming it).
+    /// The elements `[n]` (row-major, f32) of tensor `name` of `shape` ([`dense`] and [`dense_matrix`]
+    /// shape them; a matrix a streamed load placed in blocks is an error naming it).
     fn flat(&mut self, name: &str, shape: &[usize]) -> Result<Tensor<1>, LoadError>;
     /// The first tensor nobody took, if any.
     fn leftover(&self) -> Option<String>;
@@ -118,13 +125,6 @@ impl Tensors for Placing<'_> {
     }
 
     fn flat(&mut self, name: &str, shape: &[usize]) -> Result<Tensor<1>, LoadError> {
-        if shape.len() == 2 {
-            return Err(LoadError::Shape {
-                name: format!("{name} (a matrix, not a dense tensor)"),
-                expected: shape.to_vec(),
-                actual: shape.to_vec(),
-            });
-        }
         Ok(vector(&self.weights.take(name, shape)?, &self.device))
     }
 
@@ -188,8 +188,9 @@ impl Tensors for Staged {
         match self.take(name, shape)? {
             Placed::Vector(v) => Ok(*v),
             Placed::Dense { flat, .. } => Ok(*flat),
+            Placed::Matrix(Matrix::Dense(m)) => Ok(m.reshape([shape.iter().product::<usize>()])),
             Placed::Matrix(m) => Err(LoadError::Shape {
-                name: format!("{name} (a matrix, not a dense tensor)"),
+                name: format!("{name} (placed in blocks, needed as a dense f32 operand)"),
                 expected: shape.to_vec(),
                 actual: m.dims().to_vec(),
             }),
@@ -244,5 +245,36 @@ mod tests {
         assert!(staged.leftover().is_none());
         let scalar = RawTensor { shape: vec![], ..raw };
         assert!(Placed::new("s", &scalar, &device).is_err());
+    }
+
+    /// A matrix taken as a dense operand: from a streamed load when it was placed in f32 (row-major as
+    /// stored); one the CPU backend keeps in blocks (Q8_0) is an error naming it.
+    #[test]
+    fn a_matrix_is_taken_dense_where_it_is_f32() {
+        let device = Device::flex();
+        let values: Vec<f32> = (0..2 * 32).map(|v| v as f32).collect();
+        let raw = RawTensor {
+            ty: GgmlType::F32,
+            shape: vec![2, 32],
+            bytes: values
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect::<Vec<u8>>()
+                .into(),
+        };
+        let mut staged = Staged::new();
+        staged.insert("proj".into(), Placed::new("proj", &raw, &device).unwrap());
+        let t = dense_matrix(&mut staged, "proj", [2, 32]).unwrap();
+        assert_eq!(t.into_data().try_to_vec::<f32>().unwrap(), values);
+        // One Q8_0 block per row: an f16 scale of 1.0 and 32 bytes.
+        let block: Vec<u8> = [0x00, 0x3c].into_iter().chain([1u8; 32]).collect();
+        let q8 = RawTensor {
+            ty: GgmlType::Q8_0,
+            shape: vec![2, 32],
+            bytes: [block.clone(), block].concat().into(),
+        };
+        staged.insert("q".into(), Placed::new("q", &q8, &device).unwrap());
+        let e = dense_matrix(&mut staged, "q", [2, 32]).unwrap_err();
+        assert!(e.to_string().contains("q (placed in blocks"), "{e}");
     }
 }

@@ -11,6 +11,8 @@ use kiln::loader::{Checkpoint, LoadError, SafetensorsError};
 use kiln::model::{Attend, Chunk, ConfigError, Decoder, ModelConfig};
 use serde::Deserialize;
 
+pub mod vision;
+
 /// Logits must match transformers' within this max-abs difference.
 pub const LOGITS_TOLERANCE: f32 = 1e-3;
 

@@ -12,6 +12,8 @@
 //! local base, default 10 000 as llama.cpp), `attn_logit_softcapping` / `final_logit_softcapping` (Gemma 2);
 //! the query scale is `1/√head_dim`, except for the 27B models (Gemma 2: 46 layers, Gemma 3: 62) where it is `1/√(hidden/heads)`
 //! (llama.cpp's rule, which matches their `query_pre_attn_scalar`).
+//!
+//! Gemma 3's vision part ([`Gemma3Vision`]): the shared SigLIP encoder and a pooling projector.
 
 use std::sync::Arc;
 
@@ -21,13 +23,15 @@ use super::{Arch, Family, StepParts};
 use crate::loader::LoadError;
 use crate::model::config::{Act, ConfigError, HfConfig, ModelConfig, invalid, positive};
 use crate::model::gguf::Meta;
+use crate::model::input::Attend;
 use crate::model::layers::attention::{Attention, Positions};
 use crate::model::layers::kv_cache::KvCache;
 use crate::model::layers::linear::Linear;
 use crate::model::layers::mlp::Mlp;
 use crate::model::layers::norm::rms_norm;
 use crate::model::layers::rope::Rope;
-use crate::model::placed::Tensors;
+use crate::model::placed::{Tensors, dense_matrix};
+use crate::model::vision::{Layout, Project, Projector, VisionConfig, VisionFamily};
 
 /// Hugging Face ↔ llama.cpp names of a layer's tensors.
 pub const NAMES: [(&str, &str); 13] = [
@@ -278,5 +282,103 @@ impl super::Layer for Layer {
             (&self.pre_attn, &self.pre_ffw),
             Some((&self.post_attn, &self.post_ffw)),
         )
+    }
+}
+
+/// Gemma 3's vision part (`Gemma3ForConditionalGeneration`): a SigLIP tower without a head, and a
+/// projector that average-pools the `g × g` patch grid to `t × t` tokens (`t² = mm_tokens_per_image`,
+/// windows of `k = g / t` patches: token `i·t + j` is the mean of patches `(i·k + a)·g + (j·k + b)`),
+/// normalises each by the soft-embedding RMSNorm (`x · (1 + w)`, the tower's eps) and maps it by
+/// `mm_input_projection_weight` `[D, h]` applied as `x · W`. The rows stand over the image's
+/// `<image_soft_token>`s between `<start_of_image>` and `<end_of_image>`, unscaled, and attend to each
+/// other bidirectionally (a sliding layer still bounds how far back a row looks).
+pub(crate) struct Gemma3Vision;
+
+/// Checkpoints name Gemma 3's parts three ways: the Hub's files (transformers 4), transformers 5's
+/// `save_pretrained` (a tower without `vision_model`), and transformers 5's module tree.
+const GEMMA3_LAYOUTS: [Layout; 3] = [
+    Layout {
+        tower: "vision_tower.vision_model",
+        text: "language_model.model.",
+        lm_head: "language_model.lm_head.weight",
+        projector: "multi_modal_projector.",
+    },
+    Layout {
+        tower: "vision_tower",
+        text: "language_model.model.",
+        lm_head: "language_model.lm_head.weight",
+        projector: "multi_modal_projector.",
+    },
+    Layout {
+        tower: "model.vision_tower.vision_model",
+        text: "model.language_model.",
+        lm_head: "lm_head.weight",
+        projector: "model.multi_modal_projector.",
+    },
+];
+
+impl VisionFamily for Gemma3Vision {
+    fn layouts(&self) -> &'static [Layout] {
+        &GEMMA3_LAYOUTS
+    }
+
+    fn attend(&self) -> Attend {
+        Attend::Bidirectional
+    }
+
+    fn load_projector(
+        &self,
+        v: &VisionConfig,
+        text: &ModelConfig,
+        layout: &Layout,
+        ckpt: &mut dyn Tensors,
+    ) -> Result<Arc<dyn Project>, LoadError> {
+        let Projector::AvgPool { tokens_per_image } = v.projector else {
+            return Err(invalid("model_type", "a Gemma 3 vision part needs the pooling projector").into());
+        };
+        let (d, p) = (v.hidden_size, layout.projector);
+        let side = v.patches_per_side();
+        let per_side = tokens_per_image.isqrt();
+        Ok(Arc::new(SoftEmbed {
+            norm: offset(ckpt.vector(&format!("{p}mm_soft_emb_norm.weight"), d)?),
+            eps: v.layer_norm_eps,
+            proj: dense_matrix(
+                ckpt,
+                &format!("{p}mm_input_projection_weight"),
+                [d, text.hidden_size],
+            )?,
+            side,
+            window: side / per_side,
+        }))
+    }
+}
+
+/// The pooling, the soft-embedding norm and the projection.
+#[derive(Debug, Clone)]
+struct SoftEmbed {
+    /// `[D]`, as `1 + w`.
+    norm: Tensor<1>,
+    eps: f64,
+    /// `[D, h]`.
+    proj: Tensor<2>,
+    /// Patches per side, `g`.
+    side: usize,
+    /// Patches per pooling window's side, `k`.
+    window: usize,
+}
+
+impl Project for SoftEmbed {
+    /// `[b, g², D]` → `[b, t², h]`.
+    fn forward(&self, hidden: Tensor<3>) -> Tensor<3> {
+        let [b, _, d] = hidden.dims();
+        let (k, t) = (self.window, self.side / self.window);
+        let pooled = hidden
+            .reshape([b, t, k, t, k, d])
+            .mean_dim(4)
+            .mean_dim(2)
+            .reshape([b * t * t, d]);
+        let normed = rms_norm(pooled, self.norm.clone(), self.eps);
+        let [_, h] = self.proj.dims();
+        normed.matmul(self.proj.clone()).reshape([b, t * t, h])
     }
 }

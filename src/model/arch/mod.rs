@@ -11,9 +11,13 @@
 //! | [`smollm3`]   | SmolLM3                               | Llama's, with NoPE layers               |
 //! | [`phi3`]      | Phi-3, Phi-3.5-mini, Phi-4-mini        | Llama's, fused qkv / gate_up, LongRoPE   |
 //! | [`gemma`]     | Gemma 2, Gemma 3                       | four norms, GELU-tanh, local/global     |
+//!
+//! A vision-language family adds its vision part (`model::vision::VisionFamily`) to the family of its
+//! language model: [`idefics3`] (SmolVLM: SigLIP, pixel shuffle, a Llama LM).
 
 mod family;
 pub mod gemma;
+pub mod idefics3;
 pub mod llama;
 pub mod phi3;
 pub mod smollm3;

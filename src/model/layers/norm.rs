@@ -1,4 +1,5 @@
-//! Root-mean-square layer normalisation, as used by every Llama-family decoder.
+//! Root-mean-square layer normalisation, as used by every Llama-family decoder ([`rms_norm`]), and the
+//! mean-centred LayerNorm with a bias of vision encoders ([`layer_norm`]).
 
 use burn::tensor::Tensor;
 
@@ -23,6 +24,22 @@ pub fn rms_norm<const D: usize>(x: Tensor<D>, weight: Tensor<1>, eps: f64) -> Te
         .recip();
     // weight: [hidden] -> [1, ..., 1, hidden] so it broadcasts over the leading dimensions.
     x * inv_rms * weight.unsqueeze::<D>()
+}
+
+/// LayerNorm over the last dimension: `y = (x − mean) / sqrt(var + eps) · weight + bias` (the biased
+/// variance, as PyTorch's `LayerNorm`).
+///
+/// Shapes: `x` is `[..., hidden]`, `weight` and `bias` are `[hidden]`; the result has the shape of `x`.
+pub fn layer_norm<const D: usize>(x: Tensor<D>, weight: &Tensor<1>, bias: &Tensor<1>, eps: f64) -> Tensor<D> {
+    let centred = x.clone() - x.mean_dim(D - 1);
+    let inv_std = centred
+        .clone()
+        .powi_scalar(2)
+        .mean_dim(D - 1)
+        .add_scalar(eps)
+        .sqrt()
+        .recip();
+    centred * inv_std * weight.clone().unsqueeze::<D>() + bias.clone().unsqueeze::<D>()
 }
 
 #[cfg(test)]
@@ -50,6 +67,21 @@ mod tests {
         }
         // Signs and ratios inside a row are kept: 1 : -2 : 3 : 0.5.
         assert!((y[1] / y[0] + 2.0).abs() < 1e-5 && (y[2] / y[0] - 3.0).abs() < 1e-5);
+    }
+
+    #[test]
+    fn layer_norm_centres_scales_and_shifts() {
+        let device = Device::flex();
+        let x = Tensor::<2>::from_data(TensorData::new(vec![1.0f32, 2.0, 3.0, 6.0], [1, 4]), &device);
+        let w = Tensor::<1>::from_data(TensorData::new(vec![1.0f32, 2.0, 1.0, 1.0], [4]), &device);
+        let b = Tensor::<1>::from_data(TensorData::new(vec![0.5f32, 0.0, 0.0, -1.0], [4]), &device);
+        // mean 3, biased variance (4 + 1 + 0 + 9) / 4 = 3.5.
+        let y = read(layer_norm(x, &w, &b, 0.0));
+        let s = 3.5f32.sqrt();
+        let want = [-2.0 / s + 0.5, -2.0 / s, 0.0, 3.0 / s - 1.0];
+        for (got, want) in y.iter().zip(want) {
+            assert!((got - want).abs() < 1e-5, "{y:?} vs {want:?}");
+        }
     }
 
     #[test]

@@ -1,0 +1,176 @@
+//! The ViT encoder of SigLIP-style vision towers (SmolVLM's, Gemma 3's): a patch embedding (the
+//! convolution of stride `p` as a matrix over flattened patches) plus a learned position embedding,
+//! pre-norm layers of non-causal multi-head attention and a GELU-tanh MLP (every projection with a bias),
+//! and a final LayerNorm. Tensor names are transformers' under the tower's prefix
+//! (`{prefix}.embeddings.patch_embedding`, `{prefix}.encoder.layers.{i}.self_attn.q_proj`, …).
+//!
+//! Shapes: `b` images, `C` channels, `S` the image side, `p` the patch side, `g = S / p` patches per side,
+//! `n = g²` patches, `D` hidden size, `H` heads of `d = D / H`.
+
+use burn::tensor::{Device, Tensor};
+
+use super::config::VisionConfig;
+use crate::kernels;
+use crate::kernels::mask::Mask;
+use crate::loader::LoadError;
+use crate::model::layers::linear::{Linear, Matrix};
+use crate::model::layers::norm::layer_norm;
+use crate::model::placed::{Tensors, dense};
+
+/// A LayerNorm's `(weight, bias)`, `[D]` each.
+#[derive(Debug, Clone)]
+struct Norm(Tensor<1>, Tensor<1>);
+
+impl Norm {
+    fn take(ckpt: &mut dyn Tensors, prefix: &str, n: usize) -> Result<Self, LoadError> {
+        Ok(Self(
+            ckpt.vector(&format!("{prefix}.weight"), n)?,
+            ckpt.vector(&format!("{prefix}.bias"), n)?,
+        ))
+    }
+
+    fn forward(&self, x: Tensor<3>, eps: f64) -> Tensor<3> {
+        layer_norm(x, &self.0, &self.1, eps)
+    }
+}
+
+/// One encoder layer: `x + attn(ln1(x))`, then `x + fc2(gelu_tanh(fc1(ln2(x))))`.
+#[derive(Debug, Clone)]
+struct EncoderLayer {
+    ln1: Norm,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    ln2: Norm,
+    fc1: Linear,
+    fc2: Linear,
+}
+
+/// The encoder's weights on a device.
+#[derive(Debug, Clone)]
+pub struct Encoder {
+    config: VisionConfig,
+    /// `[D, C·p·p]`: the convolution's kernel, each patch flattened channel, row, column.
+    patch: Linear,
+    /// `[1, n, D]`.
+    positions: Tensor<3>,
+    layers: Vec<EncoderLayer>,
+    post: Norm,
+}
+
+impl Encoder {
+    /// Takes the tower's tensors under `prefix` (`model.vision_model`) from `ckpt`.
+    pub fn take(
+        ckpt: &mut dyn Tensors,
+        prefix: &str,
+        c: &VisionConfig,
+        device: &Device,
+    ) -> Result<Self, LoadError> {
+        let (dm, f, ch, p) = (c.hidden_size, c.intermediate_size, c.num_channels, c.patch_size);
+        let n = c.patches_per_side().pow(2);
+        let kernel = dense::<4>(
+            ckpt,
+            &format!("{prefix}.embeddings.patch_embedding.weight"),
+            [dm, ch, p, p],
+        )?;
+        let patch = Linear {
+            weight: Matrix::Dense(Box::new(kernel.reshape([dm, ch * p * p]))),
+            bias: Some(ckpt.vector(&format!("{prefix}.embeddings.patch_embedding.bias"), dm)?),
+        };
+        let table = ckpt.matrix(&format!("{prefix}.embeddings.position_embedding.weight"), [n, dm])?;
+        // A full image's position ids are 0..n (transformers buckets a partial one's).
+        let positions = table.rows(&[(0..n as u32).collect()], device);
+        let layers = (0..c.num_layers)
+            .map(|i| {
+                let l = format!("{prefix}.encoder.layers.{i}");
+                let attn = |name: &str, ckpt: &mut dyn Tensors| {
+                    Linear::take(ckpt, &format!("{l}.self_attn.{name}"), [dm, dm], true)
+                };
+                Ok(EncoderLayer {
+                    ln1: Norm::take(ckpt, &format!("{l}.layer_norm1"), dm)?,
+                    q: attn("q_proj", ckpt)?,
+                    k: attn("k_proj", ckpt)?,
+                    v: attn("v_proj", ckpt)?,
+                    o: attn("out_proj", ckpt)?,
+                    ln2: Norm::take(ckpt, &format!("{l}.layer_norm2"), dm)?,
+                    fc1: Linear::take(ckpt, &format!("{l}.mlp.fc1"), [f, dm], true)?,
+                    fc2: Linear::take(ckpt, &format!("{l}.mlp.fc2"), [dm, f], true)?,
+                })
+            })
+            .collect::<Result<Vec<_>, LoadError>>()?;
+        Ok(Self {
+            config: c.clone(),
+            patch,
+            positions,
+            layers,
+            post: Norm::take(ckpt, &format!("{prefix}.post_layernorm"), dm)?,
+        })
+    }
+
+    /// `pixels: [b, C, S, S]` → the flattened patches `[b, n, C·p·p]`, row-major over the patch grid.
+    pub fn patches(&self, pixels: Tensor<4>) -> Tensor<3> {
+        let c = &self.config;
+        let [b, ch, _, _] = pixels.dims();
+        let (g, p) = (c.patches_per_side(), c.patch_size);
+        pixels
+            .reshape([b, ch, g, p, g, p])
+            .permute([0, 2, 4, 1, 3, 5])
+            .reshape([b, g * g, ch * p * p])
+    }
+
+    /// `pixels: [b, C, S, S]` → the patch embeddings with their positions added, `[b, n, D]`.
+    pub fn embed(&self, pixels: Tensor<4>) -> Tensor<3> {
+        self.patch.forward(self.patches(pixels)) + self.positions.clone()
+    }
+
+    /// `pixels: [b, C, S, S]` (already checked to be that shape) → the last hidden state after the final
+    /// LayerNorm, `[b, n, D]`.
+    pub fn forward(&self, pixels: Tensor<4>) -> Tensor<3> {
+        let eps = self.config.layer_norm_eps;
+        let mut x = self.embed(pixels);
+        for l in &self.layers {
+            let h = l.ln1.forward(x.clone(), eps);
+            x = x + l.o.forward(self.attention(&l.q, &l.k, &l.v, h));
+            let h = l.ln2.forward(x.clone(), eps);
+            x = x + l.fc2.forward(gelu_tanh(l.fc1.forward(h)));
+        }
+        self.post.forward(x, eps)
+    }
+
+    /// Non-causal multi-head attention of `x: [b, n, D]` → `[b, n, D]` (before the output projection):
+    /// every patch sees every patch, scores scaled by `d^-½`. On the CPU backend kiln's attention kernel
+    /// with the whole sequence as one bidirectional span; elsewhere burn's ops.
+    fn attention(&self, q: &Linear, k: &Linear, v: &Linear, x: Tensor<3>) -> Tensor<3> {
+        let [b, n, dm] = x.dims();
+        let heads = self.config.num_heads;
+        let d = dm / heads;
+        let split = |t: Tensor<3>| t.reshape([b, n, heads, d]).swap_dims(1, 2); // [b, H, n, d]
+        let [q, k, v] = Linear::forward_many([q, k, v], x).map(split);
+        let scale = (d as f64).powf(-0.5);
+        let all = 0..n;
+        let whole = std::slice::from_ref(&all);
+        let mask = Mask {
+            pos: 0,
+            s: n,
+            window: None,
+            spans: whole,
+        };
+        if let Some(y) = kernels::attention(&q, &k, &v, scale, None, mask) {
+            return y;
+        }
+        let scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(scale); // [b, H, n, n]
+        kernels::softmax_last(scores)
+            .matmul(v)
+            .swap_dims(1, 2)
+            .reshape([b, n, dm])
+    }
+}
+
+/// `gelu_tanh(x) = 0.5·x·(1 + tanh(z))`, `z = √(2/π)·(x + 0.044715·x³)`, written `x / (1 + e^(−2z))`:
+/// no `tanh`, which some WebGPU implementations compute as a ratio of exponentials that overflows.
+fn gelu_tanh(x: Tensor<3>) -> Tensor<3> {
+    let cube = x.clone().powi_scalar(3).mul_scalar(0.044_715);
+    let z = (x.clone() + cube).mul_scalar(-2.0 * (2.0 / std::f64::consts::PI).sqrt());
+    x / z.exp().add_scalar(1.0)
+}
