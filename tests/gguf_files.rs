@@ -394,3 +394,75 @@ fn inconsistent_family_metadata_is_named() {
         "{e}"
     );
 }
+
+/// An mmproj that does not fit its language model, or is malformed, is an error naming the key or the
+/// tensor, never a panic: another projector type, rows of another width than the LM's hidden size, an LM
+/// vocabulary without the image token, a missing tensor, a tensor of the wrong shape, a text model's GGUF
+/// given as the mmproj.
+#[test]
+fn bad_mmproj_files_are_named() {
+    use kiln::loader::gguf_write::{tensors_of, write};
+    use kiln::loader::{Array, Value};
+    let lm_bytes = include_bytes!("fixtures/gguf/tiny-smolvlm.gguf");
+    let mm_bytes = include_bytes!("fixtures/gguf/tiny-smolvlm-mmproj.gguf");
+    let (lm, mm) = (Gguf::parse(lm_bytes).unwrap(), Gguf::parse(mm_bytes).unwrap());
+    let device = Device::flex();
+    let load = |lm: &[u8], mm: &[u8]| {
+        let (lm, mm) = (Gguf::parse(lm).unwrap(), Gguf::parse(mm).unwrap());
+        kiln::model::vision::gguf::load(&lm, &mm, &device)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string()
+    };
+    let with_meta = |g: &Gguf, key: &str, v: Value| {
+        let mut meta = g.metadata.clone();
+        meta.insert(key.into(), v);
+        write(&meta, &tensors_of(g)).unwrap()
+    };
+    let cases = [
+        (
+            load(
+                lm_bytes,
+                &with_meta(&mm, "clip.projector_type", Value::String("resampler".into())),
+            ),
+            "clip.projector_type",
+        ),
+        (
+            load(
+                lm_bytes,
+                &with_meta(&mm, "clip.vision.projection_dim", Value::U32(48)),
+            ),
+            "clip.vision.projection_dim",
+        ),
+        (load(lm_bytes, lm_bytes), "general.architecture"),
+    ];
+    for (e, key) in cases {
+        assert!(e.contains(key), "{key}: {e}");
+    }
+    // The LM's vocabulary without `<image>`.
+    let mut meta = lm.metadata.clone();
+    if let Some(Value::Array(Array::String(tokens))) = meta.get_mut("tokenizer.ggml.tokens") {
+        for t in tokens.iter_mut().filter(|t| *t == "<image>") {
+            *t = "<picture>".into();
+        }
+    }
+    let e = load(&write(&meta, &tensors_of(&lm)).unwrap(), mm_bytes);
+    assert!(
+        e.contains("<image>") && e.contains("tokenizer.ggml.tokens"),
+        "{e}"
+    );
+    // A tensor missing, and one of another shape.
+    let tensors = tensors_of(&mm);
+    let missing: Vec<_> = tensors
+        .iter()
+        .filter(|t| t.name != "v.blk.1.ffn_up.weight")
+        .copied()
+        .collect();
+    let e = load(lm_bytes, &write(&mm.metadata, &missing).unwrap());
+    assert!(e.contains("v.blk.1.ffn_up.weight"), "{e}");
+    let e = load(
+        lm_bytes,
+        &with_meta(&mm, "clip.vision.feed_forward_length", Value::U32(32)),
+    );
+    assert!(e.contains("v.blk.0.ffn_up.weight"), "{e}");
+}

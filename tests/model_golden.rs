@@ -349,3 +349,17 @@ fn vision_parts_match_transformers_on_flex_and_wgpu() {
         }
     }
 }
+
+/// SmolVLM from llama.cpp's two files (the language model's GGUF and an idefics3 mmproj) gives the same
+/// features, logits and greedy tokens as transformers, on the CPU backend and on native wgpu.
+#[test]
+fn smolvlm_from_gguf_and_mmproj_matches_transformers() {
+    let gpu = pollster::block_on(kiln::engine::runtime::device::gpu()).expect("a wgpu adapter");
+    for (on, device) in [("flex", Device::flex()), ("wgpu", gpu.device.clone())] {
+        let [patches, hidden, features, logits] =
+            pollster::block_on(golden::vision::gguf_pair_matches_transformers(&device));
+        eprintln!(
+            "smolvlm GGUF + mmproj on {on}: patches {patches:e}, encoder {hidden:e}, features {features:e}, logits {logits:e}"
+        );
+    }
+}

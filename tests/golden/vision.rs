@@ -14,6 +14,7 @@
 
 use burn::tensor::{Device, Tensor, TensorData};
 use kiln::loader::Checkpoint;
+use kiln::loader::gguf::Gguf;
 use kiln::model::{Chunk, Decoder, ModelConfig, Vision};
 use serde::Deserialize;
 
@@ -79,7 +80,29 @@ pub fn load(f: &VisionFixture, device: &Device) -> (Decoder, Vision, VisionGolde
 /// logits]`.
 pub async fn matches_transformers(f: &VisionFixture, device: &Device) -> [f32; 4] {
     let (decoder, vision, golden) = load(f, device);
-    let name = f.name;
+    check(f.name, &decoder, &vision, &golden, device).await
+}
+
+/// SmolVLM's fixture as llama.cpp's converter writes it (`tests/fixtures/make_gguf_smolvlm.py`: the
+/// language model's GGUF and an idefics3 mmproj, f32), loaded from the two files: every check of
+/// [`matches_transformers`] against the same golden values.
+pub async fn gguf_pair_matches_transformers(device: &Device) -> [f32; 4] {
+    let lm = Gguf::parse(include_bytes!("../fixtures/gguf/tiny-smolvlm.gguf")).expect("the LM GGUF");
+    let mmproj =
+        Gguf::parse(include_bytes!("../fixtures/gguf/tiny-smolvlm-mmproj.gguf")).expect("the mmproj");
+    let (decoder, vision) = kiln::model::vision::gguf::load(&lm, &mmproj, device).expect("loads");
+    let golden = serde_json::from_str(fixtures()[0].golden).expect("golden.json");
+    check("smolvlm (GGUF + mmproj)", &decoder, &vision, &golden, device).await
+}
+
+/// The checks of the module docs of one loaded model against `golden`.
+async fn check(
+    name: &str,
+    decoder: &Decoder,
+    vision: &Vision,
+    golden: &VisionGolden,
+    device: &Device,
+) -> [f32; 4] {
     let c = &vision.config;
     let side = c.image_size;
     let pixels = Tensor::<4>::from_data(

@@ -16,6 +16,7 @@
 
 pub mod config;
 pub mod encoder;
+pub mod gguf;
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -79,7 +80,7 @@ pub(crate) trait Project: Debug + Send + Sync {
 impl Projector {
     /// The multimodal family this projector belongs to, or an error naming the config's `model_type`
     /// where kiln does not run its vision part yet.
-    fn family(&self) -> Result<&'static dyn VisionFamily, ConfigError> {
+    pub(crate) fn family(&self) -> Result<&'static dyn VisionFamily, ConfigError> {
         match self {
             Projector::PixelShuffle { .. } => Ok(&super::arch::idefics3::Idefics3),
             Projector::AvgPool { .. } => Ok(&super::arch::gemma::Gemma3Vision),
@@ -187,15 +188,27 @@ pub fn assemble(
     ckpt: &mut dyn Tensors,
     device: &Device,
 ) -> Result<(Decoder, Vision), LoadError> {
-    let Some(v) = config.vision.clone() else {
-        return Err(ConfigError::Invalid {
-            field: "vision_config",
-            reason: "a text model has no vision part".into(),
-        }
-        .into());
-    };
+    let layout = layout_of(vision_of(&config)?.projector.family()?, ckpt);
+    assemble_in(config, ckpt, device, layout)
+}
+
+/// The vision part of `config`; a text model's is an error naming `vision_config`.
+fn vision_of(config: &ModelConfig) -> Result<VisionConfig, ConfigError> {
+    config.vision.clone().ok_or_else(|| ConfigError::Invalid {
+        field: "vision_config",
+        reason: "a text model has no vision part".into(),
+    })
+}
+
+/// [`assemble`] with the checkpoint's names under `layout`.
+pub(crate) fn assemble_in(
+    config: ModelConfig,
+    ckpt: &mut dyn Tensors,
+    device: &Device,
+    layout: Layout,
+) -> Result<(Decoder, Vision), LoadError> {
+    let v = vision_of(&config)?;
     let family = v.projector.family()?;
-    let layout = layout_of(family, ckpt);
     let encoder = Encoder::take(ckpt, layout.tower, &v, device)?;
     let projector = family.load_projector(&v, &config, &layout, ckpt)?;
     let text = ModelConfig {
