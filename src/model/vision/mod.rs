@@ -11,7 +11,8 @@
 //! through its family (`model::arch`) under the checkpoint's prefix, so that a tensor neither takes is
 //! an error naming it.
 //!
-//! Preprocessing starts in [`resize`] (Pillow's resampling, bit for bit).
+//! Images reach the encoder as transformers' image processors make them ([`preprocess`], on Pillow's
+//! resampling in [`resize`]), bit for bit.
 //!
 //! Shapes: `b` images, `C` channels, `S` the image side (`image_size`), `n` patches, `D` the encoder's
 //! width, `T` tokens per image, `h` the language model's hidden size.
@@ -19,6 +20,7 @@
 pub mod config;
 pub mod encoder;
 pub mod gguf;
+pub mod preprocess;
 pub mod resize;
 
 use std::fmt::Debug;
