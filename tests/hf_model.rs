@@ -52,6 +52,7 @@ fn hf_files_load_and_greedy_equals_transformers() {
     let tokenizer_config = include_bytes!("fixtures/golden/llama/tokenizer_config.json");
     let generation_config = br#"{"eos_token_id": [2, 0]}"#;
     let files = HfFiles {
+        preprocessor: None,
         config: include_bytes!("fixtures/golden/llama/config.json"),
         weights: vec![(
             "model.safetensors".into(),

@@ -29,6 +29,7 @@ struct Golden {
 
 fn files() -> HfFiles<'static> {
     HfFiles {
+        preprocessor: None,
         config: CONFIG,
         weights: vec![("model.safetensors".into(), WEIGHTS)],
         index: None,

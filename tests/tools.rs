@@ -406,8 +406,8 @@ fn requests_are_planned_from_the_format_found_at_load() {
         .unwrap()
     };
     let (a, b) = (
-        plan::chat(&m.format(), forced()).unwrap(),
-        plan::chat(&m.format(), forced()).unwrap(),
+        plan::chat(&m.format(), forced(), &[]).unwrap(),
+        plan::chat(&m.format(), forced(), &[]).unwrap(),
     );
     assert_eq!((a.text(), a.prompt().ids()), (b.text(), b.prompt().ids()));
     assert_eq!((a.choices(), a.prompt().params().n), (3, 3));
@@ -426,7 +426,7 @@ fn requests_are_planned_from_the_format_found_at_load() {
     )
     .unwrap();
     let (text, ids) = prompt::chat_prompt(&m.tokenizer, &req.messages).unwrap();
-    let p = plan::chat(&m.format(), req).unwrap();
+    let p = plan::chat(&m.format(), req, &[]).unwrap();
     assert_eq!((p.text(), p.prompt().ids()), (text.as_str(), ids.as_slice()));
     assert_eq!(p.prompt().params().max_new, 5);
     assert!(!p.prompt().is_constrained() && !p.prompt().params().keep_special);

@@ -5,17 +5,20 @@
 
 use std::sync::Arc;
 
-use burn::tensor::Device;
+use burn::tensor::{Device, Tensor, TensorData};
 
 use super::EngineError;
 use super::protocol::format::{ChatFormat, LazyVocab, ModelFormat};
+use super::protocol::images::{Image, ImageFormat, PlannedImage};
 use super::protocol::plan::PromptPlan;
 use super::protocol::respond::{ChatStream, CompletionStream, StreamHeader};
+use super::runtime::chunks::{Media, Prompt};
 use super::runtime::generation::Generation;
 use super::runtime::prefix_cache::{DEFAULT_BUDGET, PrefixCache};
 use crate::api::{ApiError, ModelSpec, ValidChat, ValidCompletion};
-use crate::loader::{Checkpoint, GgmlType, Quantizing, Reporting};
-use crate::model::{Decoder, ModelConfig};
+use crate::loader::{Checkpoint, GgmlType, Quantizing, Reporting, Weights};
+use crate::model::vision::preprocess::ImageProcessor;
+use crate::model::{Decoder, ModelConfig, Vision};
 use crate::sampling::Rng;
 use crate::tokenizer::{HfTokenizerFiles, ModelTokenizer, TokenizerError};
 
@@ -28,6 +31,8 @@ pub struct HfFiles<'a> {
     /// `model.safetensors.index.json` of a sharded checkpoint.
     pub index: Option<&'a [u8]>,
     pub tokenizer: HfTokenizerFiles<'a>,
+    /// `preprocessor_config.json` of a vision-language model (its family's defaults without it).
+    pub preprocessor: Option<&'a [u8]>,
 }
 
 /// Bytes a loaded model takes (see [`LoadedModel::memory`]).
@@ -56,6 +61,8 @@ pub struct LoadedModel {
     vocab: LazyVocab,
     /// KV states of recent sequences, for prompts that start with one.
     prefixes: PrefixCache,
+    /// A vision-language model's vision part, and how its requests' images are prepared.
+    vision: Option<(Vision, ImageFormat)>,
 }
 
 impl LoadedModel {
@@ -92,7 +99,39 @@ impl LoadedModel {
             tokenizer: Arc::new(tokenizer),
             vocab: LazyVocab::default(),
             prefixes: PrefixCache::new(DEFAULT_BUDGET),
+            vision: None,
         }
+    }
+
+    /// The model with its vision part: chat requests take `image_url` parts, prepared by `processor`
+    /// (whose tiles must be the encoder's `image_size`: a load error naming both otherwise).
+    pub(crate) fn with_vision(
+        mut self,
+        vision: Vision,
+        processor: ImageProcessor,
+    ) -> Result<Self, EngineError> {
+        let c = &vision.config;
+        if processor.side() != c.image_size {
+            return Err(
+                crate::loader::LoadError::from(crate::model::ConfigError::Invalid {
+                    field: "preprocessor_config.json",
+                    reason: format!(
+                        "its images are {} pixels wide, the vision encoder's image_size is {}",
+                        processor.side(),
+                        c.image_size
+                    ),
+                })
+                .into(),
+            );
+        }
+        let format = ImageFormat {
+            processor,
+            image_token: c.image_token_id,
+            tokens_per_tile: c.tokens_per_image(),
+        };
+        self.spec.images = true;
+        self.vision = Some((vision, format));
+        Ok(self)
     }
 
     /// Loads a Hugging Face model: `config.json`, safetensors weights (one file, or shards with their
@@ -130,12 +169,31 @@ impl LoadedModel {
             (index, _) => Checkpoint::shards(index, files.weights.clone())?,
         };
         let mut reporting = Reporting::new(&mut weights, on_upload);
-        let decoder = match quantize {
-            None => Decoder::load(config, &mut reporting, device)?,
-            Some(ty) => Decoder::load(config, &mut Quantizing::new(&mut reporting, ty), device)?,
+        let mut quantizing;
+        let ckpt: &mut dyn Weights = match quantize {
+            None => &mut reporting,
+            Some(ty) => {
+                quantizing = Quantizing::new(&mut reporting, ty);
+                &mut quantizing
+            }
         };
+        let Some(v) = config.vision.clone() else {
+            let decoder = Decoder::load(config, ckpt, device)?;
+            reporting.finish();
+            return Ok(Self::new(id, decoder, tokenizer));
+        };
+        let processor = match files.preprocessor {
+            Some(json) => ImageProcessor::from_json(json, v.projector).map_err(|e| {
+                crate::loader::LoadError::from(crate::model::ConfigError::Invalid {
+                    field: "preprocessor_config.json",
+                    reason: e.to_string(),
+                })
+            })?,
+            None => ImageProcessor::default_for(v.projector, v.image_size),
+        };
+        let (decoder, vision) = crate::model::vision::load(config, ckpt, device)?;
         reporting.finish();
-        Ok(Self::new(id, decoder, tokenizer))
+        Self::new(id, decoder, tokenizer).with_vision(vision, processor)
     }
 
     /// Where the model's bytes are: its weights as held on the device (quantized blocks stay packed), and
@@ -204,16 +262,58 @@ impl LoadedModel {
             tokenizer: &self.tokenizer,
             chat: &self.chat_format,
             vocab: &self.vocab,
+            images: self.vision.as_ref().map(|(_, f)| f),
         }
     }
 
-    /// The generation of a planned prompt on this model's device, reusing kept prefixes.
-    fn start(&self, prompt: PromptPlan) -> Generation {
+    /// The vision part of a vision-language model.
+    pub fn vision(&self) -> Option<&Vision> {
+        self.vision.as_ref().map(|(v, _)| v)
+    }
+
+    /// `ids` with each image's tiles encoded and their rows placed over the tiles' runs of image tokens
+    /// (each tile a media chunk keyed by its pixel values, for the prefix cache).
+    fn place_images(&self, ids: Vec<u32>, images: Vec<PlannedImage>) -> Result<Prompt, ApiError> {
+        let Some((vision, format)) = self.vision.as_ref().filter(|_| !images.is_empty()) else {
+            return Ok(Prompt::from(ids));
+        };
+        let c = &vision.config;
+        let settings = format!("{:?} {}", format.processor, format.tokens_per_tile);
+        let mut media = Vec::new();
+        for image in images {
+            let p = &image.pixels;
+            let pixels = Tensor::<4>::from_data(
+                TensorData::new(p.pixels(), [p.tiles.len(), c.num_channels, p.side, p.side]),
+                self.decoder.device(),
+            );
+            let rows = vision
+                .encode(pixels)
+                .map_err(|e| ApiError::internal(format!("encoding an image: {e}")))?;
+            for (k, (&at, tile)) in image.at.iter().zip(&p.tiles).enumerate() {
+                let bytes: Vec<u8> = tile.iter().flat_map(|v| v.to_le_bytes()).collect();
+                let rows = rows.clone().narrow(0, k, 1).squeeze_dim::<2>(0);
+                let key = Media::key_of(&bytes, &settings);
+                media.push((
+                    at,
+                    Media {
+                        key,
+                        rows,
+                        attend: vision.attend(),
+                    },
+                ));
+            }
+        }
+        Prompt::placed(ids, media).ok_or_else(|| ApiError::internal("image rows placed outside the prompt"))
+    }
+
+    /// The generation of a planned prompt on this model's device, reusing kept prefixes; `placed`: its
+    /// ids with their images' rows ([`LoadedModel::place_images`]), where it has images.
+    fn start(&self, prompt: PromptPlan, placed: Option<Prompt>) -> Generation {
         let (ids, params, constraints, _) = prompt.into_parts();
         let g = Generation::new(
             self.decoder.clone(),
             self.tokenizer.clone(),
-            ids,
+            placed.unwrap_or_else(|| Prompt::from(ids)),
             params,
             Rng::entropy_seed(),
         )
@@ -227,10 +327,21 @@ impl LoadedModel {
     /// A validated chat request as a stream of `chat.completion.chunk`s (collect it for the full
     /// response). Refused here, before any device work: what the model cannot serve ([`super::protocol::plan::chat`]).
     pub fn chat(&self, req: ValidChat) -> Result<ChatStream, ApiError> {
-        let plan = super::protocol::plan::chat(&self.format(), req)?;
+        self.chat_with_images(req, &[])
+    }
+
+    /// [`LoadedModel::chat`] of a request whose `image_url` parts the edge decoded into `images`, one per
+    /// part in order. The images are preprocessed and encoded before the stream starts.
+    pub fn chat_with_images(&self, req: ValidChat, images: &[Image]) -> Result<ChatStream, ApiError> {
+        let mut plan = super::protocol::plan::chat(&self.format(), req, images)?;
+        let planned = plan.prompt_mut().take_images();
+        let placed = match planned.is_empty() {
+            true => None,
+            false => Some(self.place_images(plan.prompt().ids().to_vec(), planned)?),
+        };
         let header = StreamHeader::new("chatcmpl-", &self.id, plan.stream);
         Ok(ChatStream::new(plan, header, self.tokenizer.clone(), |p| {
-            self.start(p)
+            self.start(p, placed)
         }))
     }
 
@@ -240,7 +351,7 @@ impl LoadedModel {
         let plan = super::protocol::plan::completion(&self.format(), req)?;
         let header = StreamHeader::new("cmpl-", &self.id, plan.stream);
         Ok(CompletionStream::new(plan, header, self.tokenizer.clone(), |p| {
-            self.start(p)
+            self.start(p, None)
         }))
     }
 }

@@ -12,6 +12,7 @@ pub mod protocol;
 pub mod runtime;
 
 pub use loaded::{HfFiles, LoadedModel};
+pub use protocol::images::Image;
 
 use crate::loader::LoadError;
 use crate::model::ForwardError;

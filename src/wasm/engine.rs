@@ -57,6 +57,36 @@ fn js_request<T>(
     parse(serde_wasm_bindgen::Deserializer::from(body)).map_err(|e| api_error(&e))
 }
 
+/// Decoded images as the page hands them over: `{ width, height, data }` with `data` the RGBA bytes.
+fn js_images(list: &js_sys::Array) -> Result<Vec<crate::engine::Image>, JsValue> {
+    list.iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let field = |k: &str| js_sys::Reflect::get(&item, &k.into()).unwrap_or(JsValue::UNDEFINED);
+            let size = |k: &str| field(k).as_f64().filter(|v| *v >= 0.0 && v.fract() == 0.0);
+            let bad = || {
+                api_error(&ApiError::internal(format!(
+                    "decoded image {i} is not {{ width, height, data }}"
+                )))
+            };
+            let (width, height) = (size("width").ok_or_else(bad)?, size("height").ok_or_else(bad)?);
+            let data = field("data");
+            let rgba = match data.dyn_ref::<js_sys::Uint8ClampedArray>() {
+                Some(a) => a.to_vec(),
+                None => data.dyn_into::<js_sys::Uint8Array>().map_err(|_| bad())?.to_vec(),
+            };
+            if rgba.len() as f64 != width * height * 4.0 {
+                return Err(bad());
+            }
+            Ok(crate::engine::Image {
+                width: width as usize,
+                height: height as usize,
+                rgba,
+            })
+        })
+        .collect()
+}
+
 fn load_error(e: &EngineError) -> JsValue {
     api_error(&ApiError::cannot_serve(None, "model_load_failed", e.to_string()))
 }
@@ -251,6 +281,7 @@ impl KilnModel {
         let tokenizer_config = bytes("tokenizerConfig", false)?;
         let generation_config = bytes("generationConfig", false)?;
         let index = bytes("index", false)?;
+        let preprocessor = bytes("preprocessor", false)?;
         let chat_template = js_sys::Reflect::get(&files, &"chatTemplate".into())
             .ok()
             .and_then(|v| v.as_string());
@@ -274,6 +305,7 @@ impl KilnModel {
         }
         let (device, info) = choose_device(device.as_deref()).await?;
         let files = HfFiles {
+            preprocessor: preprocessor.as_deref(),
             config: &config,
             weights: weights.iter().map(|(n, b)| (n.clone(), b.as_slice())).collect(),
             index: index.as_deref(),
@@ -353,13 +385,33 @@ impl KilnModel {
     }
 
     /// Parses and validates a chat request (throws the error object when it does not validate) and
-    /// returns its stream; nothing runs on the device until the stream is pulled.
+    /// returns its stream; `images`: the request's `image_url` parts in order, as the page decoded them
+    /// (`{ width, height, data }`, RGBA bytes). Nothing runs on the device until the stream is pulled
+    /// (but the images' encoder).
     #[wasm_bindgen(js_name = chatStream)]
-    pub fn chat_stream(&self, body: JsValue) -> Result<KilnStream, JsValue> {
+    pub fn chat_stream(&self, body: JsValue, images: Option<js_sys::Array>) -> Result<KilnStream, JsValue> {
         let req = js_request(body, parse_chat_from)?;
         let req = validate_chat(req, &self.model.spec()).map_err(|e| api_error(&e))?;
-        let stream = self.model.chat(req).map_err(|e| api_error(&e))?;
+        let images = images.map(|a| js_images(&a)).transpose()?.unwrap_or_default();
+        let stream = self
+            .model
+            .chat_with_images(req, &images)
+            .map_err(|e| api_error(&e))?;
         Ok(KilnStream::new(Pending::Chat(Box::new(stream))))
+    }
+
+    /// What the model takes besides text: `{ images: true, imageSize, tokensPerImage }` for a
+    /// vision-language model, `null` for a text model.
+    #[wasm_bindgen(getter)]
+    pub fn vision(&self) -> Result<JsValue, JsValue> {
+        match self.model.vision() {
+            None => Ok(JsValue::NULL),
+            Some(v) => to_js(&serde_json::json!({
+                "images": true,
+                "imageSize": v.config.image_size,
+                "tokensPerImage": v.config.tokens_per_image(),
+            })),
+        }
     }
 
     /// As [`KilnModel::chat_stream`], for `POST /v1/completions` requests.

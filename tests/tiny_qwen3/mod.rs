@@ -100,6 +100,7 @@ pub fn tiny_qwen3_with_template(name: &str) -> LoadedModel {
     LoadedModel::from_hf(
         "qwen3-tiny",
         HfFiles {
+            preprocessor: None,
             config: &config,
             weights: vec![("model.safetensors".into(), &weights)],
             index: None,

@@ -79,6 +79,8 @@ pub struct ModelFormat<'a> {
     pub tokenizer: &'a ModelTokenizer,
     pub chat: &'a ChatFormat,
     pub vocab: &'a LazyVocab,
+    /// How the model takes images; `None` for a text model.
+    pub images: Option<&'a super::images::ImageFormat>,
 }
 
 impl ModelFormat<'_> {

@@ -6,6 +6,7 @@
 //! - [`plan`]: a valid request prepared into a plan (token ids, budget, sampling, stops, constraints,
 //!   per-choice text processors) by a pure function of the model's format and the request.
 //! - [`prompt`]: chat messages as templates see them, rendered into prompt token ids.
+//! - [`images`]: a chat request's images: preprocessed, their placeholders expanded, their tiles placed.
 //! - [`detok`]: the incremental detokenizer and stop-string matching.
 //! - [`respond`]: deltas → OpenAI chunks, and full responses as the streams collected.
 //! - [`chat_choice`]: a chat choice's text split into `reasoning_content` and `content` ([`reasoning`]).
@@ -17,6 +18,7 @@
 pub mod chat_choice;
 pub mod detok;
 pub mod format;
+pub mod images;
 pub mod plan;
 pub mod prompt;
 pub mod reasoning;

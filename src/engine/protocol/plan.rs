@@ -16,6 +16,7 @@
 
 use super::chat_choice::ChoiceText;
 use super::format::ModelFormat;
+use super::images::{Image, PlannedImage};
 use super::structured::{MakeConstraint, response_constraint};
 use super::tool_use::tool_use;
 use crate::api::request::{ReasoningEffort, ServiceTier};
@@ -54,6 +55,8 @@ pub struct PromptPlan {
     /// One per choice, or none.
     constraints: Option<Vec<Constraint>>,
     echo: Option<String>,
+    /// The images whose tiles' rows stand over runs of `ids`.
+    images: Vec<PlannedImage>,
 }
 
 impl PromptPlan {
@@ -71,7 +74,18 @@ impl PromptPlan {
             params,
             constraints: None,
             echo: None,
+            images: Vec::new(),
         })
+    }
+
+    /// The prompt's images, placed over its image tokens.
+    pub fn with_images(mut self, images: Vec<PlannedImage>) -> Self {
+        self.images = images;
+        self
+    }
+
+    pub fn images(&self) -> &[PlannedImage] {
+        &self.images
     }
 
     /// Constrains every choice, each with its own constraint from `make`.
@@ -109,6 +123,11 @@ impl PromptPlan {
     pub fn into_parts(self) -> (Vec<u32>, GenParams, Option<Vec<Constraint>>, Option<String>) {
         (self.ids, self.params, self.constraints, self.echo)
     }
+
+    /// Its images, leaving the rest of the plan.
+    pub fn take_images(&mut self) -> Vec<PlannedImage> {
+        std::mem::take(&mut self.images)
+    }
 }
 
 /// A chat request, planned.
@@ -140,6 +159,10 @@ impl ChatPlan {
 
     pub fn prompt(&self) -> &PromptPlan {
         &self.prompt
+    }
+
+    pub fn prompt_mut(&mut self) -> &mut PromptPlan {
+        &mut self.prompt
     }
 
     /// The prompt as the template rendered it.
@@ -176,9 +199,10 @@ fn params(common: &Common, max_new: usize, logprobs: Option<usize>, prompt_logpr
 }
 
 /// Plans a chat request: the messages rendered through the template (the generic tool format where the
-/// template has no tool syntax), the completion budget, and the constraints (`response_format`, forced
-/// tool calls). Refused here, before any device work: what the model cannot serve.
-pub fn chat(format: &ModelFormat<'_>, req: ValidChat) -> Result<ChatPlan, ApiError> {
+/// template has no tool syntax), its images (`images`, one per `image_url` part in order, as the edge
+/// decoded them) preprocessed and placed, the completion budget, and the constraints (`response_format`,
+/// forced tool calls). Refused here, before any device work: what the model cannot serve.
+pub fn chat(format: &ModelFormat<'_>, req: ValidChat, images: &[Image]) -> Result<ChatPlan, ApiError> {
     let (tok, chat) = (format.tokenizer, format.chat);
     if !chat.template {
         let message = TokenizerError::NoChatTemplate.to_string();
@@ -194,6 +218,11 @@ pub fn chat(format: &ModelFormat<'_>, req: ValidChat) -> Result<ChatPlan, ApiErr
         extra.insert("enable_thinking".into(), (effort != ReasoningEffort::None).into());
     }
     let mut messages: Vec<_> = req.messages.iter().map(super::prompt::template_message).collect();
+    if format.images.is_some() {
+        for (m, out) in req.messages.iter().zip(&mut messages) {
+            out["content"] = super::images::template_content(m);
+        }
+    }
     super::tool_use::mistral_ids(&mut messages, chat);
     let generic = tools.as_ref().filter(|t| t.generic);
     if let Some(t) = generic {
@@ -220,15 +249,26 @@ pub fn chat(format: &ModelFormat<'_>, req: ValidChat) -> Result<ChatPlan, ApiErr
         ),
         other => other,
     };
-    let (text, ids) =
-        rendered.map_err(|e| ApiError::cannot_serve(Some("messages"), "invalid_prompt", e.to_string()))?;
+    let invalid =
+        |e: TokenizerError| ApiError::cannot_serve(Some("messages"), "invalid_prompt", e.to_string());
+    let (mut text, mut ids) = rendered.map_err(invalid)?;
+    let mut planned = Vec::new();
+    if let Some(f) = format.images {
+        // Placeholders and image tokens typed in a message's text are refused as transformers refuses them.
+        let pixels = super::images::preprocess(f, &req.messages, images)?;
+        text = super::images::expand(&text, f, &pixels)?;
+        if !pixels.is_empty() {
+            ids = tok.encode(&text, false).map_err(invalid)?;
+        }
+        planned = super::images::place(&ids, f, pixels)?;
+    }
     let max_new = req
         .common
         .completion_budget(ids.len(), format.spec.context_length, "messages")?;
     let mut params = params(&req.common, max_new, req.logprobs, false);
     // Call markers that are special tokens (`[TOOL_CALLS]`, `<|python_tag|>`) must reach the parser.
     params.keep_special = tools.is_some();
-    let mut prompt = PromptPlan::new(ids, params, "messages")?;
+    let mut prompt = PromptPlan::new(ids, params, "messages")?.with_images(planned);
     let syntax = chat.reasoning.as_ref();
     let forced = match &tools {
         Some(t) => {

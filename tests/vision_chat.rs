@@ -1,0 +1,191 @@
+//! A chat request with an image, end to end, against transformers: the tiny random SmolVLM of
+//! `tests/fixtures/golden/smolvlm/` with its tokenizer, chat template and a scaled-down image processor
+//! (`make_golden_smolvlm_chat.py`: transformers' `Idefics3Processor` with its PIL backend, then
+//! `generate`). An OpenAI request carries a PNG as a `data:` URL; decoded here as a browser would (RGBA),
+//! it is preprocessed into transformers' tiles (every pixel value), the prompt expands to transformers'
+//! ids (tile markers and image-token runs), and greedy generation gives transformers' completion; with
+//! `detail: "low"` the single global image. A later turn that repeats the image reuses its KV state.
+
+use base64::Engine as _;
+use burn::tensor::Device;
+use kiln::api::chat_request;
+use kiln::engine::protocol::plan;
+use kiln::engine::{HfFiles, Image, LoadedModel};
+use kiln::tokenizer::HfTokenizerFiles;
+use pollster::block_on;
+use serde_json::{Value, json};
+
+const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/golden/smolvlm");
+
+fn read(name: &str) -> Vec<u8> {
+    std::fs::read(format!("{DIR}/{name}")).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn load(device: &Device) -> LoadedModel {
+    let (config, weights) = (read("config.json"), read("model.safetensors"));
+    let (tokenizer, tokenizer_config) = (read("tokenizer.json"), read("tokenizer_config.json"));
+    let preprocessor = read("preprocessor_config.json");
+    let files = HfFiles {
+        config: &config,
+        weights: vec![("model.safetensors".into(), &weights)],
+        index: None,
+        tokenizer: HfTokenizerFiles {
+            tokenizer_json: &tokenizer,
+            tokenizer_config: Some(&tokenizer_config),
+            ..HfTokenizerFiles::default()
+        },
+        preprocessor: Some(&preprocessor),
+    };
+    LoadedModel::from_hf("tiny-smolvlm", files, device).expect("loads")
+}
+
+/// The image of every `image_url` part, decoded from its `data:` URL as a browser decodes it (RGBA).
+fn images(request: &Value) -> Vec<Image> {
+    let mut out = Vec::new();
+    for m in request["messages"].as_array().expect("messages") {
+        for part in m["content"].as_array().into_iter().flatten() {
+            let Some(url) = part["image_url"]["url"].as_str() else {
+                continue;
+            };
+            let b64 = url.split_once("base64,").expect("a base64 data URL").1;
+            let png = base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .expect("base64");
+            let mut reader = png::Decoder::new(std::io::Cursor::new(png))
+                .read_info()
+                .expect("a PNG");
+            let mut buf = vec![0; reader.output_buffer_size().expect("size")];
+            let info = reader.next_frame(&mut buf).expect("a frame");
+            let (w, h) = (info.width as usize, info.height as usize);
+            let px = &buf[..info.buffer_size()];
+            let rgba = match info.color_type {
+                png::ColorType::Rgba => px.to_vec(),
+                png::ColorType::Rgb => px.chunks(3).flat_map(|c| [c[0], c[1], c[2], 255]).collect(),
+                other => panic!("the fixture's PNG is {other:?}"),
+            };
+            out.push(Image {
+                width: w,
+                height: h,
+                rgba,
+            });
+        }
+    }
+    out
+}
+
+/// The tiles' 8-bit values before rescaling and normalising, as the fixture stores them.
+fn tile_bytes(golden: &Value) -> Vec<u8> {
+    let b64 = golden["base64"].as_str().expect("base64");
+    base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .expect("base64")
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .expect("ids")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
+}
+
+/// One case of the fixture (`""` or `"_low"`): the plan's ids and tiles, and the completion.
+fn check_case(m: &LoadedModel, golden: &Value, case: &str) {
+    let request = &golden[format!("request{case}")];
+    let imgs = images(request);
+    let req = chat_request(request.clone(), &m.spec()).expect("valid");
+    let p = plan::chat(&m.format(), req.clone(), &imgs).expect("planned");
+    assert_eq!(
+        p.prompt().ids(),
+        ids(&golden[format!("prompt_ids{case}")]),
+        "{case}: prompt ids"
+    );
+    let [image] = p.prompt().images() else {
+        panic!("{case}: one image");
+    };
+    let want = tile_bytes(&golden[format!("pixel_values_u8{case}")]);
+    let got: Vec<u8> = image
+        .pixels
+        .pixels()
+        .iter()
+        .map(|&v| ((v * 0.5 + 0.5) * 255.0).round() as u8)
+        .collect();
+    assert_eq!(got, want, "{case}: the tiles' pixel values");
+    assert_eq!(
+        (image.pixels.rows, image.pixels.cols),
+        (
+            golden[format!("rows{case}")].as_u64().unwrap() as usize,
+            golden[format!("cols{case}")].as_u64().unwrap() as usize
+        )
+    );
+    let out = block_on(m.chat_with_images(req, &imgs).expect("served").collect()).expect("generated");
+    let text = out.choices[0].message.content.clone().unwrap_or_default();
+    assert_eq!(
+        text,
+        golden[format!("completion_text{case}")]["skip_special_tokens_true"]
+            .as_str()
+            .unwrap(),
+        "{case}: the greedy completion"
+    );
+    let usage = out.usage;
+    assert_eq!(
+        usage.prompt_tokens as usize,
+        p.prompt().ids().len(),
+        "{case}: prompt tokens"
+    );
+    assert_eq!(usage.completion_tokens, 8);
+}
+
+#[test]
+fn an_image_chat_matches_transformers_on_flex_and_wgpu() {
+    let golden: Value = serde_json::from_slice(&read("chat.json")).expect("chat.json");
+    let gpu = block_on(kiln::engine::runtime::device::gpu()).expect("a wgpu adapter");
+    for device in [Device::flex(), gpu.device.clone()] {
+        let m = load(&device);
+        assert!(m.spec().images && m.vision().is_some());
+        check_case(&m, &golden, "");
+        check_case(&m, &golden, "_low");
+    }
+}
+
+/// A second turn about the same image finds the first turn's KV state: its prompt tokens up to the
+/// answer, image rows included, come from the prefix cache.
+#[test]
+fn a_repeated_image_reuses_its_kv_state() {
+    let golden: Value = serde_json::from_slice(&read("chat.json")).expect("chat.json");
+    let m = load(&Device::flex());
+    let first = golden["request"].clone();
+    let imgs = images(&first);
+    let req = chat_request(first.clone(), &m.spec()).expect("valid");
+    let out = block_on(m.chat_with_images(req, &imgs).expect("served").collect()).expect("generated");
+    let answer = out.choices[0].message.content.clone().unwrap_or_default();
+    let mut second = first.clone();
+    let messages = second["messages"].as_array_mut().unwrap();
+    messages.push(json!({"role": "assistant", "content": answer}));
+    messages.push(json!({"role": "user", "content": "And the colours?"}));
+    let req = chat_request(second, &m.spec()).expect("valid");
+    let out = block_on(m.chat_with_images(req, &imgs).expect("served").collect()).expect("generated");
+    let usage = out.usage;
+    let cached = usage.prompt_tokens_details.cached_tokens.unwrap_or(0) as usize;
+    let first_prompt = golden["prompt_ids"].as_array().unwrap().len();
+    assert!(
+        cached >= first_prompt,
+        "{cached} cached of {} prompt tokens; the first turn's prompt is {first_prompt}",
+        usage.prompt_tokens
+    );
+}
+
+/// What the engine refuses of images: an image part whose image was not decoded, and an image sent to
+/// a text-only model.
+#[test]
+fn undecoded_images_are_refused_by_part() {
+    let golden: Value = serde_json::from_slice(&read("chat.json")).expect("chat.json");
+    let m = load(&Device::flex());
+    let req = chat_request(golden["request"].clone(), &m.spec()).expect("valid");
+    let e = m.chat_with_images(req, &[]).err().expect("refused");
+    let body = serde_json::to_value(e.body()).unwrap();
+    assert_eq!(
+        body["error"]["param"], "messages[0].content[0].image_url",
+        "{body}"
+    );
+}
