@@ -12,73 +12,14 @@
 
 use kiln::model::vision::resize::{Filter, Rgb8, resize, rgba_on_white};
 use serde_json::Value;
+use vision_data::{base64, fnv1a, pattern, usize_of};
+
+mod vision_data;
 
 const FIXTURE: &str = include_str!("fixtures/vision/resize.json");
 
 fn fixture() -> Value {
     serde_json::from_str(FIXTURE).expect("resize.json parses")
-}
-
-/// Standard base64 (with padding), as Python's `base64.b64encode`.
-fn base64(text: &str) -> Vec<u8> {
-    let value = |c: u8| match c {
-        b'A'..=b'Z' => c - b'A',
-        b'a'..=b'z' => c - b'a' + 26,
-        b'0'..=b'9' => c - b'0' + 52,
-        b'+' => 62,
-        b'/' => 63,
-        _ => panic!("not base64: {:?}", c as char),
-    };
-    let mut out = Vec::with_capacity(text.len() / 4 * 3);
-    for quad in text.as_bytes().chunks(4) {
-        let digits: Vec<u8> = quad.iter().copied().filter(|&c| c != b'=').map(value).collect();
-        let bits = digits
-            .iter()
-            .enumerate()
-            .fold(0u32, |acc, (i, &d)| acc | u32::from(d) << (18 - 6 * i));
-        out.extend(bits.to_be_bytes()[1..digits.len()].iter());
-    }
-    out
-}
-
-fn xorshift32(mut state: u32) -> u32 {
-    state ^= state << 13;
-    state ^= state >> 17;
-    state ^= state << 5;
-    state
-}
-
-/// The script's `pattern`: byte `(ax·x + ay·y + 85·c + (r >> (32 − noise_bits))) & 0xff`, one
-/// xorshift32 draw `r` per byte.
-fn pattern(
-    width: usize,
-    height: usize,
-    channels: usize,
-    seed: u32,
-    (ax, ay): (usize, usize),
-    noise_bits: u32,
-) -> Vec<u8> {
-    let mut state = seed;
-    let mut out = Vec::with_capacity(width * height * channels);
-    for y in 0..height {
-        for x in 0..width {
-            for c in 0..channels {
-                state = xorshift32(state);
-                let noise = (state >> (32 - noise_bits)) as usize;
-                out.push(((ax * x + ay * y + 85 * c + noise) & 0xff) as u8);
-            }
-        }
-    }
-    out
-}
-
-fn fnv1a(data: &[u8]) -> u32 {
-    data.iter()
-        .fold(0x811c_9dc5, |h, &b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193))
-}
-
-fn usize_of(v: &Value, key: &str) -> usize {
-    v[key].as_u64().unwrap_or_else(|| panic!("{key} in {v}")) as usize
 }
 
 fn sources(fixture: &Value) -> Vec<(String, Rgb8)> {

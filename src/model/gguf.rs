@@ -361,6 +361,20 @@ fn unpermute(stored: &[u8], rows: usize, width: usize, heads: usize) -> Vec<u8> 
     out
 }
 
+/// The first tensor of `file` (by its GGUF name) not in `taken`.
+pub(crate) fn untaken(file: &Gguf<'_>, taken: &BTreeSet<String>) -> Option<String> {
+    file.tensors
+        .iter()
+        .map(|(n, _)| n)
+        .find(|n| !taken.contains(*n))
+        .cloned()
+}
+
+/// Bytes of tensor data in `file`.
+pub(crate) fn tensor_bytes(file: &Gguf<'_>) -> u64 {
+    file.tensors.iter().map(|(_, t)| (t.end - t.start) as u64).sum()
+}
+
 impl Weights for GgufWeights<'_, '_> {
     fn contains(&self, name: &str) -> bool {
         self.arch
@@ -393,20 +407,11 @@ impl Weights for GgufWeights<'_, '_> {
     }
 
     fn leftover(&self) -> Option<String> {
-        self.file
-            .tensors
-            .iter()
-            .map(|(n, _)| n)
-            .find(|n| !self.taken.contains(*n))
-            .cloned()
+        untaken(self.file, &self.taken)
     }
 
     fn total_bytes(&self) -> u64 {
-        self.file
-            .tensors
-            .iter()
-            .map(|(_, t)| (t.end - t.start) as u64)
-            .sum()
+        tensor_bytes(self.file)
     }
 }
 

@@ -20,7 +20,7 @@ use crate::loader::gguf::{Gguf, GgufError};
 use crate::loader::{LoadError, RawTensor, Weights};
 use crate::model::config::{ConfigError, HfConfig, ModelConfig};
 use crate::model::decoder::Decoder;
-use crate::model::gguf::{Fixups, GgufWeights, config, prepare};
+use crate::model::gguf::{Fixups, GgufWeights, config, prepare, tensor_bytes, untaken};
 use crate::model::placed::Placing;
 
 fn meta(key: &str, reason: impl Into<String>) -> LoadError {
@@ -197,20 +197,11 @@ impl Weights for MmprojWeights<'_, '_> {
     }
 
     fn leftover(&self) -> Option<String> {
-        self.file
-            .tensors
-            .iter()
-            .map(|(n, _)| n)
-            .find(|n| !self.taken.contains(*n))
-            .cloned()
+        untaken(self.file, &self.taken)
     }
 
     fn total_bytes(&self) -> u64 {
-        self.file
-            .tensors
-            .iter()
-            .map(|(_, t)| (t.end - t.start) as u64)
-            .sum()
+        tensor_bytes(self.file)
     }
 }
 
