@@ -71,6 +71,8 @@ export interface HfSource {
   generationConfig?: FileSource;
   /** `model.safetensors.index.json` of a sharded checkpoint. */
   index?: FileSource;
+  /** A vision-language model's `preprocessor_config.json` (its family's defaults without it). */
+  preprocessor?: FileSource;
   /** The safetensors files; a shard's `name` is what `index` refers to (by default, the URL's file name). */
   weights: (FileSource | { name?: string; url: string | URL } | { name: string; bytes: Uint8Array | ArrayBuffer })[];
 }
@@ -154,10 +156,22 @@ export interface DeviceInfo {
   threads: number;
 }
 
+/** What a vision-language model takes besides text (`Engine.vision`). */
+export interface VisionInfo {
+  /** Chat requests take `image_url` parts (`data:`, `blob:`, `http:` and `https:` URLs). */
+  images: true;
+  /** The side of the square tiles the encoder takes, in pixels. */
+  imageSize: number;
+  /** The prompt tokens one tile becomes. */
+  tokensPerImage: number;
+}
+
 /** What `Engine` and `WorkerEngine` share: the OpenAI-shaped endpoints over one loaded model. */
 export interface KilnEngine {
   readonly model: string;
   readonly device: DeviceInfo;
+  /** A vision-language model's image input; `null` for a text model. */
+  readonly vision: VisionInfo | null;
   readonly chat: {
     completions: {
       create(request: ChatCompletionCreateParamsStreaming, options?: RequestOptions): Promise<AsyncIterableIterator<ChatCompletionChunk>>;
@@ -217,6 +231,7 @@ export declare class Engine implements KilnEngine {
   static load(options: LoadOptions): Promise<Engine>;
   readonly model: string;
   readonly device: DeviceInfo;
+  readonly vision: VisionInfo | null;
   /** On the CPU backend the build the model runs on and its threads; `null` on WebGPU. */
   readonly threads: ThreadsReport | null;
   readonly memory: MemoryReport;
@@ -235,6 +250,7 @@ export declare class WorkerEngine implements KilnEngine {
   static load(worker: Worker, options: LoadOptions): Promise<WorkerEngine>;
   readonly model: string;
   readonly device: DeviceInfo;
+  readonly vision: VisionInfo | null;
   /** As `Engine.threads`, for the model in the worker. */
   readonly threads: ThreadsReport | null;
   /** The model's bytes as the worker reported them when the load finished (`Engine.memory` there). */

@@ -321,18 +321,99 @@ async function streamGguf({ KilnLoader }, model, sources, { cache, device, onPro
   }
 }
 
+/** Images larger than this are refused from their header, before any pixel is decoded. */
+const MAX_IMAGE_PIXELS = 50e6;
+
+/** The width and height a PNG, JPEG, GIF or WebP file declares in its header, or `null`. */
+function declaredSize(b) {
+  const u32 = (i) => ((b[i] << 24) | (b[i + 1] << 16) | (b[i + 2] << 8) | b[i + 3]) >>> 0;
+  const u16le = (i) => b[i] | (b[i + 1] << 8);
+  if (b[0] === 0x89 && b[1] === 0x50 && b[2] === 0x4e && b[3] === 0x47) return [u32(16), u32(20)];
+  if (b[0] === 0x47 && b[1] === 0x49 && b[2] === 0x46) return [u16le(6), u16le(8)];
+  if (b[0] === 0x52 && b[1] === 0x49 && b[2] === 0x46 && b[3] === 0x46 && b[8] === 0x57 && b[9] === 0x45) {
+    const kind = String.fromCharCode(b[12], b[13], b[14], b[15]);
+    if (kind === 'VP8X') return [1 + (b[24] | (b[25] << 8) | (b[26] << 16)), 1 + (b[27] | (b[28] << 8) | (b[29] << 16))];
+    if (kind === 'VP8L') {
+      const v = b[21] | (b[22] << 8) | (b[23] << 16) | (b[24] << 24);
+      return [1 + (v & 0x3fff), 1 + ((v >>> 14) & 0x3fff)];
+    }
+    if (kind === 'VP8 ') return [u16le(26) & 0x3fff, u16le(28) & 0x3fff];
+    return null;
+  }
+  if (b[0] === 0xff && b[1] === 0xd8) {
+    // JPEG: the first start-of-frame marker holds the size.
+    for (let i = 2; i + 9 < b.length;) {
+      if (b[i] !== 0xff) return null;
+      const marker = b[i + 1];
+      const len = (b[i + 2] << 8) | b[i + 3];
+      if (marker >= 0xc0 && marker <= 0xcf && ![0xc4, 0xc8, 0xcc].includes(marker)) {
+        return [(b[i + 7] << 8) | b[i + 8], (b[i + 5] << 8) | b[i + 6]];
+      }
+      i += 2 + len;
+    }
+  }
+  return null;
+}
+
+/**
+ * The images of a chat request's `image_url` parts, in order, decoded as the browser decodes them
+ * (`createImageBitmap` with the file's EXIF orientation applied, then the canvas' RGBA pixels):
+ * `[{ width, height, data }]`. `data:`, `blob:`, `http:` and `https:` URLs are fetched with `fetch`. A part
+ * that cannot be fetched, is not an image the browser decodes, or declares more than 50 megapixels is a
+ * 400 naming it.
+ */
+async function decodeImages(request, fetch = globalThis.fetch) {
+  const images = [];
+  const messages = Array.isArray(request?.messages) ? request.messages : [];
+  for (const [i, m] of messages.entries()) {
+    const parts = Array.isArray(m?.content) ? m.content : [];
+    for (const [j, part] of parts.entries()) {
+      if (part?.type !== 'image_url') continue;
+      const param = `messages[${i}].content[${j}].image_url`;
+      const refuse = (message, code = 'invalid_image') => new KilnError({ status: 400, error: { message: `\`${param}\`: ${message}`, type: 'invalid_request_error', param, code } });
+      const url = part.image_url?.url;
+      if (typeof url !== 'string') throw refuse('`url` must be a string');
+      let bytes;
+      try {
+        const response = await fetch(url);
+        if (!response.ok) throw refuse(`fetching the image failed: HTTP ${response.status}`, 'image_fetch_failed');
+        bytes = new Uint8Array(await response.arrayBuffer());
+      } catch (e) {
+        throw e instanceof KilnError ? e : refuse(`fetching the image failed: ${e?.message ?? e}`, 'image_fetch_failed');
+      }
+      const size = declaredSize(bytes);
+      if (!size) throw refuse('not a PNG, JPEG, GIF or WebP image');
+      if (size[0] * size[1] > MAX_IMAGE_PIXELS) throw refuse(`the image declares ${size[0]}×${size[1]} pixels, more than 50 megapixels`);
+      let bitmap;
+      try {
+        bitmap = await createImageBitmap(new Blob([bytes]), { imageOrientation: 'from-image', colorSpaceConversion: 'none', premultiplyAlpha: 'none' });
+      } catch (e) {
+        throw refuse(`the image does not decode: ${e?.message ?? e}`);
+      }
+      const { width, height } = bitmap;
+      const canvas = new OffscreenCanvas(width, height);
+      const context = canvas.getContext('2d');
+      context.drawImage(bitmap, 0, 0);
+      bitmap.close();
+      images.push({ width, height, data: context.getImageData(0, 0, width, height).data });
+    }
+  }
+  return images;
+}
+
 const baseName = (url) => decodeURIComponent(new URL(String(url), globalThis.location?.href).pathname.split('/').pop());
 
 /**
  * The files of a Hugging Face model: `{ config, tokenizer, tokenizerConfig?, chatTemplate?,
- * generationConfig?, index?, weights }`, each a URL or bytes; `weights` a list of URLs, bytes, or
+ * generationConfig?, index?, preprocessor?, weights }` (`preprocessor`: a vision-language model's
+ * `preprocessor_config.json`), each a URL or bytes; `weights` a list of URLs, bytes, or
  * `{ name, url | bytes }` (a shard's name is what `index` refers to).
  */
 async function hfFiles(source, cache, onProgress) {
   if (!Array.isArray(source.weights) || source.weights.length === 0) {
     throw sourceError('`source.weights` must list the safetensors files (URLs or bytes)');
   }
-  const keys = ['config', 'tokenizer', 'tokenizerConfig', 'chatTemplate', 'generationConfig', 'index']
+  const keys = ['config', 'tokenizer', 'tokenizerConfig', 'chatTemplate', 'generationConfig', 'index', 'preprocessor']
     .filter((k) => source[k] !== undefined && source[k] !== null);
   for (const k of Object.keys(source)) {
     if (k !== 'weights' && !keys.includes(k)) throw sourceError(`\`source.${k}\` is not a model file kiln knows`);
@@ -477,6 +558,12 @@ export class Engine {
   /** The id requests name in `model`. */
   get model() { return this.#model?.id ?? null; }
 
+  /**
+   * What the model takes besides text: `{ images: true, imageSize, tokensPerImage }` for a vision-language
+   * model (chat requests take `image_url` parts), `null` for a text model.
+   */
+  get vision() { return this.#model?.vision ?? null; }
+
   /** The device the model runs on: `{ kind, backend, adapter, deviceType, shaderF16, subgroups, features, limits, gemv }`. */
   get device() { return this.#model?.device ?? null; }
 
@@ -495,11 +582,15 @@ export class Engine {
     release();
   }
 
-  /** Validates `request` (throwing its KilnError) and returns its stream; nothing runs yet. */
-  #begin(kind, request) {
+  /**
+   * Validates `request` (throwing its KilnError) and returns its stream; nothing runs yet. A chat request
+   * to a vision-language model has its images decoded first.
+   */
+  async #begin(kind, request) {
     if (!this.#model) throw notLoadedError();
+    const images = kind === 'chat' && this.#model.vision ? await decodeImages(request) : undefined;
     try {
-      return kind === 'chat' ? this.#model.chatStream(request) : this.#model.completionStream(request);
+      return kind === 'chat' ? this.#model.chatStream(request, images) : this.#model.completionStream(request);
     } catch (e) {
       throw toError(e);
     }
@@ -507,12 +598,12 @@ export class Engine {
 
   async #create(kind, request, { signal } = {}) {
     // Validation happens here, before any device work and before waiting for earlier requests.
-    return this.#run(this.#begin(kind, request), request, signal);
+    return this.#run(await this.#begin(kind, request), request, signal);
   }
 
   /** For `fetch`: validates now, and resolves to `{ result }`, the promise of the answer once it has its turn. */
   async [accept](kind, request, { signal } = {}) {
-    const result = this.#run(this.#begin(kind, request), request, signal);
+    const result = this.#run(await this.#begin(kind, request), request, signal);
     result.catch(() => {});
     return { result };
   }
@@ -618,6 +709,8 @@ export class WorkerEngine {
     engine.threads = info.threads;
     /** The model's bytes when the load finished (the worker's `Engine.memory` then). */
     engine.memory = info.memory;
+    /** As `Engine.vision`. */
+    engine.vision = info.vision;
     return engine;
   }
 

@@ -162,7 +162,7 @@ fn test() -> Result<(), String> {
         },
     );
     stage(
-        "package: consumer types (tsc); e2e in Chromium (playwright-core): demo, Engine/WorkerEngine, OpenAI clients on engine.fetch + Service Worker, a lost WebGPU device, threaded build = single-threaded, npm pack + Vite, Gemma 3 = llama.cpp",
+        "package: consumer types (tsc); e2e in Chromium (playwright-core): demo, Engine/WorkerEngine, OpenAI clients on engine.fetch + Service Worker, a lost WebGPU device, threaded build = single-threaded, npm pack + Vite, Gemma 3 = llama.cpp, images in chat",
         &mut || {
             pkg::build(&tools, &root, pkg::Opt::Skip)?;
             run(tools
@@ -186,6 +186,7 @@ fn test() -> Result<(), String> {
                     "tests/e2e/threads.test.mjs",
                     "tests/e2e/package.test.mjs",
                     "tests/e2e/gemma3.test.mjs",
+                    "tests/e2e/vision.test.mjs",
                 ]))
         },
     );
