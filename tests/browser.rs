@@ -108,7 +108,8 @@ async fn golden_models_on_cpu_in_wasm() {
 }
 
 /// The vision parts of SmolVLM and Gemma 3 and their language models with the image's rows against
-/// transformers, in Chromium on WebGPU and on the CPU backend in wasm32 (`golden::vision`).
+/// transformers, in Chromium on WebGPU and on the CPU backend in wasm32 (`golden::vision`); SmolVLM also
+/// from llama.cpp's GGUF and mmproj.
 #[wasm_bindgen_test]
 async fn vision_parts_on_webgpu_and_cpu() {
     let gpu = device::gpu().await.expect("a WebGPU adapter");
@@ -121,6 +122,10 @@ async fn vision_parts_on_webgpu_and_cpu() {
                 f.name
             );
         }
+    }
+    for (on, device) in [("WebGPU", &gpu.device), ("CPU", &cpu)] {
+        let [_, _, features, logits] = golden::vision::gguf_pair_matches_transformers(device).await;
+        console_log!("smolvlm GGUF + mmproj on {on}: features {features:e}, logits {logits:e}");
     }
 }
 
@@ -259,7 +264,7 @@ async fn js_requests_refuse_unknown_fields_and_name_field_paths() {
         .unwrap_or_else(|e| panic!("{}", json(&e)));
     let refused = |body: wasm_bindgen::JsValue, what: &str| {
         json(
-            &m.chat_stream(body)
+            &m.chat_stream(body, None)
                 .err()
                 .unwrap_or_else(|| panic!("{what} was accepted")),
         )
@@ -324,7 +329,7 @@ async fn js_requests_refuse_unknown_fields_and_name_field_paths() {
     }));
     js_sys::Reflect::set(&body, &"temperature".into(), &wasm_bindgen::JsValue::UNDEFINED).unwrap();
     let full = json(
-        &JsFuture::from(m.chat_stream(body).unwrap().collect())
+        &JsFuture::from(m.chat_stream(body, None).unwrap().collect())
             .await
             .unwrap(),
     );
@@ -351,7 +356,7 @@ async fn js_facade_streams_collects_and_refuses() {
             json(&m.device().unwrap())["kind"],
             if device == "cpu" { "cpu" } else { "gpu" }
         );
-        let full = JsFuture::from(m.chat_stream(js(body.clone())).unwrap().collect())
+        let full = JsFuture::from(m.chat_stream(js(body.clone()), None).unwrap().collect())
             .await
             .unwrap();
         let full = json(&full);
@@ -359,7 +364,7 @@ async fn js_facade_streams_collects_and_refuses() {
         assert_eq!(full["usage"]["completion_tokens"], 12);
         let mut streamed = body.clone();
         streamed["stream"] = serde_json::json!(true);
-        let stream = m.chat_stream(js(streamed)).unwrap();
+        let stream = m.chat_stream(js(streamed), None).unwrap();
         let mut text = String::new();
         loop {
             let chunk = JsFuture::from(stream.next()).await.unwrap();
@@ -378,9 +383,10 @@ async fn js_facade_streams_collects_and_refuses() {
         texts.push(text);
         // Invalid requests are refused before any device work, in OpenAI's error shape.
         let e = m
-            .chat_stream(js(
-                serde_json::json!({"model": "tiny", "messages": [], "temperature": 9}),
-            ))
+            .chat_stream(
+                js(serde_json::json!({"model": "tiny", "messages": [], "temperature": 9})),
+                None,
+            )
             .err()
             .unwrap();
         let e = json(&e);
