@@ -6,6 +6,8 @@
 //! ids (tile markers and image-token runs), and greedy generation gives transformers' completion; with
 //! `detail: "low"` the single global image. A later turn that repeats the image reuses its KV state.
 
+#![cfg(not(target_arch = "wasm32"))]
+
 use base64::Engine as _;
 use burn::tensor::Device;
 use kiln::api::chat_request;

@@ -14,6 +14,8 @@
 //! (rescale and normalise are platform-independent); the expanded prompt text. The test prints the
 //! largest difference; found: **bit-exact**, every `f32` identical (native x86_64).
 
+#![cfg(not(target_arch = "wasm32"))]
+
 use kiln::model::vision::Projector;
 use kiln::model::vision::preprocess::{ImageProcessor, Normalize};
 use serde_json::Value;

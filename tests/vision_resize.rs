@@ -10,6 +10,8 @@
 //! would be off by up to 18. The exhaustive check of the alpha blend runs against a literal
 //! transcription of Pillow's `ImagingAlphaComposite`.
 
+#![cfg(not(target_arch = "wasm32"))]
+
 use kiln::model::vision::resize::{Filter, Rgb8, resize, rgba_on_white};
 use serde_json::Value;
 use vision_data::{base64, fnv1a, pattern, usize_of};
