@@ -5,6 +5,8 @@
 //! it is preprocessed into transformers' tiles (every pixel value), the prompt expands to transformers'
 //! ids (tile markers and image-token runs), and greedy generation gives transformers' completion; with
 //! `detail: "low"` the single global image. A later turn that repeats the image reuses its KV state.
+//! The same model as llama.cpp's two files (`tiny-smolvlm.gguf` and its mmproj, streamed in pieces)
+//! answers the same.
 
 #![cfg(not(target_arch = "wasm32"))]
 
@@ -12,7 +14,9 @@ use base64::Engine as _;
 use burn::tensor::Device;
 use kiln::api::chat_request;
 use kiln::engine::protocol::plan;
+use kiln::engine::runtime::load::GgufLoader;
 use kiln::engine::{HfFiles, Image, LoadedModel};
+use kiln::loader::GgmlType;
 use kiln::tokenizer::HfTokenizerFiles;
 use pollster::block_on;
 use serde_json::{Value, json};
@@ -24,6 +28,10 @@ fn read(name: &str) -> Vec<u8> {
 }
 
 fn load(device: &Device) -> LoadedModel {
+    load_quantized(device, None)
+}
+
+fn load_quantized(device: &Device, quantize: Option<GgmlType>) -> LoadedModel {
     let (config, weights) = (read("config.json"), read("model.safetensors"));
     let (tokenizer, tokenizer_config) = (read("tokenizer.json"), read("tokenizer_config.json"));
     let preprocessor = read("preprocessor_config.json");
@@ -38,7 +46,28 @@ fn load(device: &Device) -> LoadedModel {
         },
         preprocessor: Some(&preprocessor),
     };
-    LoadedModel::from_hf("tiny-smolvlm", files, device).expect("loads")
+    LoadedModel::from_hf_quantized("tiny-smolvlm", files, device, quantize, &mut |_, _| {}).expect("loads")
+}
+
+/// The model from llama.cpp's GGUF and mmproj (`make_gguf_smolvlm.py`), each streamed in pieces of
+/// 4 KiB, with the checkpoint's chat template (the GGUF carries a ChatML one of its own).
+fn load_gguf_pair(device: &Device) -> LoadedModel {
+    let gguf = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/gguf/tiny-smolvlm");
+    let lm = std::fs::read(format!("{gguf}.gguf")).expect("the LM GGUF");
+    let mmproj = std::fs::read(format!("{gguf}-mmproj.gguf")).expect("the mmproj");
+    let mut loader = GgufLoader::files(device, 1, |_, _| {}).with_mmproj();
+    for (file, bytes) in [&lm, &mmproj].into_iter().enumerate() {
+        for piece in bytes.chunks(4096) {
+            loader.push_to(file, piece).expect("a piece");
+        }
+    }
+    let config: Value = serde_json::from_slice(&read("tokenizer_config.json")).expect("json");
+    let template = config["chat_template"].as_str().expect("a chat template");
+    loader
+        .finish("tiny-smolvlm")
+        .expect("loads")
+        .with_chat_template(template)
+        .expect("the template")
 }
 
 /// The image of every `image_url` part, decoded from its `data:` URL as a browser decodes it (RGBA).
@@ -148,6 +177,68 @@ fn an_image_chat_matches_transformers_on_flex_and_wgpu() {
         check_case(&m, &golden, "");
         check_case(&m, &golden, "_low");
     }
+}
+
+#[test]
+fn the_gguf_pair_streamed_matches_transformers() {
+    let golden: Value = serde_json::from_slice(&read("chat.json")).expect("chat.json");
+    let gpu = block_on(kiln::engine::runtime::device::gpu()).expect("a wgpu adapter");
+    for device in [Device::flex(), gpu.device.clone()] {
+        let m = load_gguf_pair(&device);
+        assert!(m.spec().images && m.vision().is_some());
+        check_case(&m, &golden, "");
+        check_case(&m, &golden, "_low");
+    }
+}
+
+/// `quantize` applies to the language model only: the vision part encodes an image exactly as the
+/// checkpoint's own weights do, while the language model's matrices are quantized.
+#[test]
+fn quantize_leaves_the_vision_part_as_it_is() {
+    let golden: Value = serde_json::from_slice(&read("chat.json")).expect("chat.json");
+    let device = Device::flex();
+    let (plain, q8) = (load(&device), load_quantized(&device, Some(GgmlType::Q8_0)));
+    assert!(q8.memory().weight_bytes < plain.memory().weight_bytes);
+    let imgs = images(&golden["request"]);
+    let req = chat_request(golden["request"].clone(), &plain.spec()).expect("valid");
+    let p = plan::chat(&plain.format(), req, &imgs).expect("planned");
+    let [image] = p.prompt().images() else {
+        panic!("one image");
+    };
+    let (tiles, side) = (image.pixels.tiles.len(), image.pixels.side);
+    let encode = |m: &LoadedModel| {
+        let pixels = burn::tensor::Tensor::<4>::from_data(
+            burn::tensor::TensorData::new(image.pixels.pixels(), [tiles, 3, side, side]),
+            &device,
+        );
+        let rows = m.vision().expect("vision").encode(pixels).expect("encoded");
+        rows.into_data().try_to_vec::<f32>().expect("f32")
+    };
+    assert_eq!(encode(&plain), encode(&q8));
+}
+
+/// Images whose tokens leave no room in the context are a 400 `context_length_exceeded`: eight copies
+/// of the fixture's image take more than the model's 256 positions.
+#[test]
+fn images_beyond_the_context_are_refused() {
+    let golden: Value = serde_json::from_slice(&read("chat.json")).expect("chat.json");
+    let m = load(&Device::flex());
+    let mut request = golden["request"].clone();
+    let content = request["messages"][0]["content"].as_array_mut().expect("parts");
+    let image = content
+        .iter()
+        .find(|p| p["type"] == "image_url")
+        .expect("an image part")
+        .clone();
+    content.extend(std::iter::repeat_n(image, 7));
+    let imgs = images(&request);
+    assert_eq!(imgs.len(), 8);
+    let req = chat_request(request, &m.spec()).expect("valid");
+    let e = m.chat_with_images(req, &imgs).err().expect("refused");
+    let body = serde_json::to_value(e.body()).unwrap();
+    assert_eq!(e.status(), 400, "{body}");
+    assert_eq!(body["error"]["code"], "context_length_exceeded", "{body}");
+    assert_eq!(body["error"]["param"], "messages", "{body}");
 }
 
 /// A second turn about the same image finds the first turn's KV state: its prompt tokens up to the

@@ -112,17 +112,11 @@ impl LoadedModel {
     ) -> Result<Self, EngineError> {
         let c = &vision.config;
         if processor.side() != c.image_size {
-            return Err(
-                crate::loader::LoadError::from(crate::model::ConfigError::Invalid {
-                    field: "preprocessor_config.json",
-                    reason: format!(
-                        "its images are {} pixels wide, the vision encoder's image_size is {}",
-                        processor.side(),
-                        c.image_size
-                    ),
-                })
-                .into(),
-            );
+            return Err(preprocessor_error(format!(
+                "its images are {} pixels wide, the vision encoder's image_size is {}",
+                processor.side(),
+                c.image_size
+            )));
         }
         let format = ImageFormat {
             processor,
@@ -173,7 +167,19 @@ impl LoadedModel {
         let ckpt: &mut dyn Weights = match quantize {
             None => &mut reporting,
             Some(ty) => {
-                quantizing = Quantizing::new(&mut reporting, ty);
+                // The language model's matrices only: a vision part keeps its checkpoint's types.
+                let vision = match &config.vision {
+                    Some(v) => v
+                        .projector
+                        .family()
+                        .map_err(crate::loader::LoadError::from)?
+                        .layouts(),
+                    None => &[],
+                };
+                let kept = vision
+                    .iter()
+                    .flat_map(|l| [format!("{}.", l.tower), l.projector.to_owned()]);
+                quantizing = Quantizing::new(&mut reporting, ty).keeping(kept);
                 &mut quantizing
             }
         };
@@ -183,12 +189,9 @@ impl LoadedModel {
             return Ok(Self::new(id, decoder, tokenizer));
         };
         let processor = match files.preprocessor {
-            Some(json) => ImageProcessor::from_json(json, v.projector).map_err(|e| {
-                crate::loader::LoadError::from(crate::model::ConfigError::Invalid {
-                    field: "preprocessor_config.json",
-                    reason: e.to_string(),
-                })
-            })?,
+            Some(json) => {
+                ImageProcessor::from_json(json, v.projector).map_err(|e| preprocessor_error(e.to_string()))?
+            }
             None => ImageProcessor::default_for(v.projector, v.image_size),
         };
         let (decoder, vision) = crate::model::vision::load(config, ckpt, device)?;
@@ -272,13 +275,23 @@ impl LoadedModel {
     }
 
     /// `ids` with each image's tiles encoded and their rows placed over the tiles' runs of image tokens
-    /// (each tile a media chunk keyed by its pixel values, for the prefix cache).
-    fn place_images(&self, ids: Vec<u32>, images: Vec<PlannedImage>) -> Result<Prompt, ApiError> {
-        let Some((vision, format)) = self.vision.as_ref().filter(|_| !images.is_empty()) else {
-            return Ok(Prompt::from(ids));
-        };
+    /// (each tile a media chunk keyed by its pixel values, for the prefix cache), and what was encoded.
+    fn place_images(
+        &self,
+        ids: &[u32],
+        images: Vec<PlannedImage>,
+    ) -> Result<(Prompt, EncodedImages), ApiError> {
+        let (vision, format) = self
+            .vision
+            .as_ref()
+            .ok_or_else(|| ApiError::internal("images planned for a model without a vision part"))?;
         let c = &vision.config;
         let settings = format!("{:?} {}", format.processor, format.tokens_per_tile);
+        let mut encoded = EncodedImages {
+            images: images.len(),
+            tokens: 0,
+            last: None,
+        };
         let mut media = Vec::new();
         for image in images {
             let p = &image.pixels;
@@ -292,6 +305,8 @@ impl LoadedModel {
             for (k, (&at, tile)) in image.at.iter().zip(&p.tiles).enumerate() {
                 let bytes: Vec<u8> = tile.iter().flat_map(|v| v.to_le_bytes()).collect();
                 let rows = rows.clone().narrow(0, k, 1).squeeze_dim::<2>(0);
+                encoded.tokens += rows.dims()[0];
+                encoded.last = Some(rows.clone().narrow(0, 0, 1).reshape([-1]).narrow(0, 0, 1));
                 let key = Media::key_of(&bytes, &settings);
                 media.push((
                     at,
@@ -303,7 +318,9 @@ impl LoadedModel {
                 ));
             }
         }
-        Prompt::placed(ids, media).ok_or_else(|| ApiError::internal("image rows placed outside the prompt"))
+        let prompt = Prompt::placed(ids.to_vec(), media)
+            .ok_or_else(|| ApiError::internal("image rows placed outside the prompt"))?;
+        Ok((prompt, encoded))
     }
 
     /// The generation of a planned prompt on this model's device, reusing kept prefixes; `placed`: its
@@ -333,16 +350,27 @@ impl LoadedModel {
     /// [`LoadedModel::chat`] of a request whose `image_url` parts the edge decoded into `images`, one per
     /// part in order. The images are preprocessed and encoded before the stream starts.
     pub fn chat_with_images(&self, req: ValidChat, images: &[Image]) -> Result<ChatStream, ApiError> {
+        self.chat_encoding(req, images).map(|(stream, _)| stream)
+    }
+
+    /// [`LoadedModel::chat_with_images`], with what its images became (`None` without images).
+    pub fn chat_encoding(
+        &self,
+        req: ValidChat,
+        images: &[Image],
+    ) -> Result<(ChatStream, Option<EncodedImages>), ApiError> {
         let mut plan = super::protocol::plan::chat(&self.format(), req, images)?;
         let planned = plan.prompt_mut().take_images();
-        let placed = match planned.is_empty() {
-            true => None,
-            false => Some(self.place_images(plan.prompt().ids().to_vec(), planned)?),
+        let (placed, encoded) = match planned.is_empty() {
+            true => (None, None),
+            false => {
+                let (prompt, encoded) = self.place_images(plan.prompt().ids(), planned)?;
+                (Some(prompt), Some(encoded))
+            }
         };
         let header = StreamHeader::new("chatcmpl-", &self.id, plan.stream);
-        Ok(ChatStream::new(plan, header, self.tokenizer.clone(), |p| {
-            self.start(p, placed)
-        }))
+        let stream = ChatStream::new(plan, header, self.tokenizer.clone(), |p| self.start(p, placed));
+        Ok((stream, encoded))
     }
 
     /// A validated completions request as a stream of `text_completion` chunks (collect it for the full
@@ -354,4 +382,35 @@ impl LoadedModel {
             self.start(p, None)
         }))
     }
+}
+
+/// A request's images as the encoder made them: how many, and how many prompt positions their rows take.
+#[derive(Debug)]
+pub struct EncodedImages {
+    pub images: usize,
+    pub tokens: usize,
+    /// One value of the last tile's rows: once it can be read, the device has encoded every image.
+    last: Option<Tensor<1>>,
+}
+
+impl EncodedImages {
+    /// Resolves when the device has finished encoding the images (an asynchronous read of one value:
+    /// the device works in order, so the encoder's rows are then there).
+    pub async fn ready(&mut self) -> Result<(), ApiError> {
+        if let Some(last) = self.last.take() {
+            last.into_data_async()
+                .await
+                .map_err(|e| ApiError::internal(format!("reading the encoded image: {e:?}")))?;
+        }
+        Ok(())
+    }
+}
+
+/// A `preprocessor_config.json` that does not fit the model.
+fn preprocessor_error(reason: String) -> EngineError {
+    crate::loader::LoadError::from(crate::model::ConfigError::Invalid {
+        field: "preprocessor_config.json",
+        reason,
+    })
+    .into()
 }

@@ -11,7 +11,7 @@ pub mod loaded;
 pub mod protocol;
 pub mod runtime;
 
-pub use loaded::{HfFiles, LoadedModel};
+pub use loaded::{EncodedImages, HfFiles, LoadedModel};
 pub use protocol::images::Image;
 
 use crate::loader::LoadError;

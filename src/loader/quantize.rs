@@ -46,11 +46,23 @@ pub fn quantize_type(name: &str) -> Result<GgmlType, String> {
 pub struct Quantizing<'w> {
     inner: &'w mut dyn Weights,
     ty: GgmlType,
+    /// Names under these prefixes keep their types.
+    kept: Vec<String>,
 }
 
 impl<'w> Quantizing<'w> {
     pub fn new(inner: &'w mut dyn Weights, ty: GgmlType) -> Self {
-        Self { inner, ty }
+        Self {
+            inner,
+            ty,
+            kept: Vec::new(),
+        }
+    }
+
+    /// Leaves the tensors whose names start with one of `prefixes` as they are (a vision tower's).
+    pub fn keeping(mut self, prefixes: impl IntoIterator<Item = String>) -> Self {
+        self.kept.extend(prefixes);
+        self
     }
 }
 
@@ -66,7 +78,7 @@ impl Weights for Quantizing<'_> {
         let &[_, cols] = raw.shape.as_slice() else {
             return Ok(raw);
         };
-        if !float || !name.ends_with(".weight") {
+        if !float || !name.ends_with(".weight") || self.kept.iter().any(|p| name.starts_with(p.as_str())) {
             return Ok(raw);
         }
         let target = fallback(ty, cols);

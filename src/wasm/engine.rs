@@ -15,7 +15,7 @@ use crate::api::{
 use crate::engine::protocol::respond::{Cancel, ChatStream, CompletionStream};
 use crate::engine::runtime::device::{self, DeviceInfo};
 use crate::engine::runtime::load::GgufLoader;
-use crate::engine::{EngineError, HfFiles, LoadedModel};
+use crate::engine::{EncodedImages, EngineError, HfFiles, LoadedModel};
 use crate::tokenizer::HfTokenizerFiles;
 use burn::tensor::Device;
 
@@ -152,7 +152,8 @@ pub fn check_quantize(name: String) -> Result<(), JsValue> {
 /// `finish(id)`. A model split into `files` files (llama.cpp's `gguf-split`): `pushTo(i, bytes)` each
 /// file's first pieces until `headerIn(i)`, then the rest of every file. Each tensor goes to the device as
 /// soon as its bytes are in (once every header is checked), so no file is ever whole in wasm memory. After
-/// an error the loader is spent (what it placed is freed).
+/// an error the loader is spent (what it placed is freed). A vision-language model in llama.cpp's layout
+/// (`mmproj` true): the language model's files, then its mmproj as file `files`.
 #[wasm_bindgen]
 pub struct KilnLoader {
     inner: Option<GgufLoader<'static>>,
@@ -161,18 +162,24 @@ pub struct KilnLoader {
 
 #[wasm_bindgen]
 impl KilnLoader {
-    /// A loader onto `device` (as for `KilnModel.fromGguf`) of a model in `files` files (default 1);
-    /// `onUpload(loaded, total)` is called as tensors reach the device (bytes of tensor data).
+    /// A loader onto `device` (as for `KilnModel.fromGguf`) of a model in `files` files (default 1),
+    /// plus an mmproj file after them where `mmproj` is true; `onUpload(loaded, total)` is called as
+    /// tensors reach the device (bytes of tensor data).
     pub async fn gguf(
         device: Option<String>,
         on_upload: Option<js_sys::Function>,
         files: Option<u32>,
+        mmproj: Option<bool>,
     ) -> Result<KilnLoader, JsValue> {
         super::install_panic_hook();
         let (device, info) = choose_device(device.as_deref()).await?;
         let files = files.unwrap_or(1) as usize;
+        let mut loader = GgufLoader::files(&device, files, reporter(on_upload));
+        if mmproj == Some(true) {
+            loader = loader.with_mmproj();
+        }
         Ok(Self {
-            inner: Some(GgufLoader::files(&device, files, reporter(on_upload))),
+            inner: Some(loader),
             device: info,
         })
     }
@@ -220,6 +227,8 @@ impl KilnLoader {
 pub struct KilnStream {
     inner: Rc<RefCell<Option<Pending>>>,
     cancel: Cancel,
+    /// A chat request's images, until [`KilnStream::images`] has waited for their encoding.
+    encoded: Rc<RefCell<Option<EncodedImages>>>,
 }
 
 enum Pending {
@@ -240,7 +249,7 @@ impl KilnModel {
         device: Option<String>,
         on_upload: Option<js_sys::Function>,
     ) -> Result<KilnModel, JsValue> {
-        let mut loader = KilnLoader::gguf(device, on_upload, None).await?;
+        let mut loader = KilnLoader::gguf(device, on_upload, None, None).await?;
         loader.push(&bytes)?;
         loader.finish(id)
     }
@@ -393,11 +402,13 @@ impl KilnModel {
         let req = js_request(body, parse_chat_from)?;
         let req = validate_chat(req, &self.model.spec()).map_err(|e| api_error(&e))?;
         let images = images.map(|a| js_images(&a)).transpose()?.unwrap_or_default();
-        let stream = self
+        let (stream, encoded) = self
             .model
-            .chat_with_images(req, &images)
+            .chat_encoding(req, &images)
             .map_err(|e| api_error(&e))?;
-        Ok(KilnStream::new(Pending::Chat(Box::new(stream))))
+        let mut stream = KilnStream::new(Pending::Chat(Box::new(stream)));
+        stream.encoded = Rc::new(RefCell::new(encoded));
+        Ok(stream)
     }
 
     /// What the model takes besides text: `{ images: true, imageSize, tokensPerImage }` for a
@@ -433,6 +444,7 @@ impl KilnStream {
         Self {
             inner: Rc::new(RefCell::new(Some(p))),
             cancel,
+            encoded: Rc::new(RefCell::new(None)),
         }
     }
 
@@ -450,6 +462,20 @@ impl KilnStream {
 
 #[wasm_bindgen]
 impl KilnStream {
+    /// For a chat request with images: resolves to `{ images, tokens }` (how many images, how many prompt
+    /// positions their rows take) once the device has encoded them; to `null` without images (or on a
+    /// second call).
+    pub fn images(&self) -> js_sys::Promise {
+        let encoded = self.encoded.borrow_mut().take();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let Some(mut e) = encoded else {
+                return Ok(JsValue::NULL);
+            };
+            e.ready().await.map_err(|e| api_error(&e))?;
+            to_js(&serde_json::json!({ "images": e.images, "tokens": e.tokens }))
+        })
+    }
+
     /// Resolves to the next chunk, or `undefined` when the stream is over; rejects with an error object.
     pub fn next(&self) -> js_sys::Promise {
         let inner = self.inner.clone();

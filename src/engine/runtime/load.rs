@@ -3,6 +3,11 @@
 //! (and against what the device can hold) before anything is allocated; then each tensor goes to the device as soon as its last byte is in, and
 //! its bytes are dropped. Peak memory is the placed weights plus the one tensor being completed: the file
 //! is never whole in memory. A file whose bytes are all there is the same path fed in one piece.
+//!
+//! A vision-language model in llama.cpp's layout comes as the language model's file(s) and an `mmproj`
+//! file ([`GgufLoader::with_mmproj`]): its header is checked against the language model's (width, image
+//! token) with the others, and its tensors are placed as they arrive, under the Hugging Face names of
+//! the family's vision part.
 
 use std::collections::BTreeMap;
 
@@ -16,7 +21,10 @@ use crate::loader::gguf::TensorInfo;
 use crate::loader::stream::{Event, GgufStream};
 use crate::loader::{Gguf, GgufError, LoadError, split};
 use crate::model::gguf::{self as gguf_model, CONFIG_TENSORS, Fixups};
-use crate::model::{Decoder, ModelConfig, Placed, Staged};
+use crate::model::vision::gguf as mmproj;
+use crate::model::vision::preprocess::ImageProcessor;
+use crate::model::vision::{Layout, assemble_in};
+use crate::model::{Decoder, ModelConfig, Placed, Staged, VisionConfig};
 use crate::tokenizer::ModelTokenizer;
 
 /// The most weight bytes the CPU backend can hold in wasm32's 4 GiB address space, leaving room for the
@@ -32,8 +40,19 @@ struct Staging {
     /// The converter's changes to undo (q/k permutation, norm shift).
     fixups: Fixups,
     staged: Staged,
+    /// The mmproj's part, for a vision-language model.
+    vision: Option<VisionStaging>,
     loaded: u64,
     total: u64,
+}
+
+/// What an mmproj's header told us.
+struct VisionStaging {
+    config: VisionConfig,
+    processor: ImageProcessor,
+    layout: Layout,
+    /// mmproj name → Hugging Face name under `layout`.
+    names: BTreeMap<String, String>,
 }
 
 /// A GGUF model loading piece by piece, from one file or from the files of a split model (llama.cpp's
@@ -59,8 +78,10 @@ struct State<'f> {
     /// last one, and a single file's, is only borrowed from its stream).
     held: Vec<Option<Gguf<'static>>>,
     staging: Option<Staging>,
-    /// Tensors completed before every header was in: `(name, info, bytes)`.
-    early: Vec<(String, TensorInfo, Vec<u8>)>,
+    /// Tensors completed before every header was in: `(file, name, info, bytes)`.
+    early: Vec<(usize, String, TensorInfo, Vec<u8>)>,
+    /// Whether the last file is an mmproj.
+    mmproj: bool,
     /// `(loaded, total)` bytes of tensor data on the device, after the headers and after each tensor.
     on_upload: Box<dyn FnMut(u64, u64) + 'f>,
     /// The most bytes the weights may take as held on the device.
@@ -84,6 +105,7 @@ impl<'f> GgufLoader<'f> {
                 held: vec![None; files],
                 staging: None,
                 early: Vec::new(),
+                mmproj: false,
                 on_upload: Box::new(on_upload),
                 weight_limit: default_limit(device),
             },
@@ -95,6 +117,18 @@ impl<'f> GgufLoader<'f> {
     /// widened to f32): a model beyond it is refused when its headers are in, before any allocation.
     pub fn with_weight_limit(mut self, limit: Option<u64>) -> Self {
         self.state.weight_limit = limit;
+        self
+    }
+
+    /// One more file, pushed last: the `mmproj` of a vision-language model (its vision tower and
+    /// projector, llama.cpp's `clip` file) whose language model the other files hold.
+    pub fn with_mmproj(mut self) -> Self {
+        if !self.state.mmproj {
+            self.state.mmproj = true;
+            self.streams.push(GgufStream::new());
+            self.state.parsed.push(false);
+            self.state.held.push(None);
+        }
         self
     }
 
@@ -147,9 +181,22 @@ impl<'f> GgufLoader<'f> {
             };
             return Err(LoadError::Gguf(GgufError::Truncated(what)).into());
         };
-        let decoder = Decoder::assemble(s.config, &mut s.staged, &state.device)?;
+        let model = match s.vision {
+            None => {
+                let decoder = Decoder::assemble(s.config, &mut s.staged, &state.device)?;
+                LoadedModel::new(id, decoder, s.tokenizer)
+            }
+            Some(v) => {
+                let config = ModelConfig {
+                    vision: Some(v.config),
+                    ..s.config
+                };
+                let (decoder, vision) = assemble_in(config, &mut s.staged, &state.device, v.layout)?;
+                LoadedModel::new(id, decoder, s.tokenizer).with_vision(vision, v.processor)?
+            }
+        };
         (state.on_upload)(s.total, s.total);
-        Ok(LoadedModel::new(id, decoder, s.tokenizer))
+        Ok(model)
     }
 }
 
@@ -185,8 +232,12 @@ impl State<'_> {
                     .map(|(j, h)| if j == file { Some(g) } else { h.as_ref() })
                     .collect::<Option<_>>()
                     .unwrap_or_default();
-                split::check(&headers).map_err(LoadError::Gguf)?;
-                let s = match headers.as_slice() {
+                let (headers, projector) = match self.mmproj {
+                    true => headers.split_at(headers.len() - 1),
+                    false => (headers.as_slice(), &[][..]),
+                };
+                split::check(headers).map_err(LoadError::Gguf)?;
+                let mut s = match headers {
                     [one] => stage(one, &self.device, self.weight_limit)?,
                     [first, rest @ ..] => {
                         // One view of every file's tensors: the model's (offsets are per file, sizes whole).
@@ -198,26 +249,52 @@ impl State<'_> {
                     }
                     [] => unreachable!("a loader has at least one file"),
                 };
+                if let (Some(g), Some(lm)) = (projector.first(), headers.first()) {
+                    s.vision = Some(stage_vision(g, lm, &s.config)?);
+                    s.total += g
+                        .tensors
+                        .iter()
+                        .map(|(_, t)| (t.end - t.start) as u64)
+                        .sum::<u64>();
+                }
                 (self.on_upload)(0, s.total);
                 self.staging = Some(s);
-                for (name, info, bytes) in std::mem::take(&mut self.early) {
-                    self.tensor(&name, &info, &bytes)?;
+                for (file, name, info, bytes) in std::mem::take(&mut self.early) {
+                    self.tensor(file, &name, &info, &bytes)?;
                 }
             }
             Event::Tensor { name, info, bytes } => match self.staging {
-                Some(_) => self.tensor(name, info, bytes)?,
-                None => self.early.push((name.to_owned(), info.clone(), bytes.to_vec())),
+                Some(_) => self.tensor(file, name, info, bytes)?,
+                None => self
+                    .early
+                    .push((file, name.to_owned(), info.clone(), bytes.to_vec())),
             },
         }
         Ok(())
     }
 
-    /// Places tensor `name` (the model is staged).
-    fn tensor(&mut self, name: &str, info: &TensorInfo, bytes: &[u8]) -> Result<(), EngineError> {
+    /// Places tensor `name` of file `file` (the model is staged).
+    fn tensor(
+        &mut self,
+        file: usize,
+        name: &str,
+        info: &TensorInfo,
+        bytes: &[u8],
+    ) -> Result<(), EngineError> {
         let Some(s) = self.staging.as_mut() else {
             return Ok(());
         };
-        if CONFIG_TENSORS.contains(&name) {
+        let projector = self.mmproj && file + 1 == self.parsed.len();
+        if let (true, Some(v)) = (projector, s.vision.as_ref()) {
+            let hf = v
+                .names
+                .get(name)
+                .ok_or_else(|| LoadError::Extra(format!("{name} (mmproj)")))?
+                .clone();
+            let raw = gguf_model::prepare(&hf, name, info, bytes, mmproj::UNCHANGED)?;
+            let placed = Placed::new(&hf, &raw, &self.device)?;
+            s.staged.insert(hf, placed);
+        } else if CONFIG_TENSORS.contains(&name) {
             gguf_model::config_tensor(&mut s.config, name, info, bytes)?;
         } else {
             let hf = s
@@ -297,8 +374,40 @@ fn stage(g: &Gguf<'static>, device: &Device, limit: Option<u64>) -> Result<Stagi
         names,
         fixups,
         staged: Staged::new(),
+        vision: None,
         loaded: 0,
         total,
+    })
+}
+
+/// The mmproj header `g` checked against the language model's (`lm`, whose config is `text`): its
+/// vision config, how it prepares images, and the Hugging Face name of each of its tensors.
+fn stage_vision(
+    g: &Gguf<'static>,
+    lm: &Gguf<'static>,
+    text: &ModelConfig,
+) -> Result<VisionStaging, EngineError> {
+    let vocab = lm
+        .strings("tokenizer.ggml.tokens")
+        .map_err(LoadError::Gguf)?
+        .unwrap_or_default();
+    let config = mmproj::vision_config(g, text, &vocab)?;
+    let processor = mmproj::image_processor(g, &config)?;
+    let layout = mmproj::layout(&config)?;
+    let names = g
+        .tensors
+        .iter()
+        .map(|(name, _)| {
+            mmproj::hf_name(name, &layout)
+                .map(|hf| (name.clone(), hf))
+                .ok_or_else(|| LoadError::Extra(format!("{name} (mmproj)")))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(VisionStaging {
+        config,
+        processor,
+        layout,
+        names,
     })
 }
 

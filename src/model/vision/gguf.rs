@@ -15,6 +15,7 @@ use std::collections::BTreeSet;
 use burn::tensor::Device;
 
 use super::config::VisionFields;
+use super::preprocess::{ImageProcessor, Normalize};
 use super::{Layout, Vision, VisionConfig, assemble_in};
 use crate::loader::gguf::{Gguf, GgufError};
 use crate::loader::{LoadError, RawTensor, Weights};
@@ -113,45 +114,127 @@ pub fn vision_config(g: &Gguf<'_>, text: &ModelConfig, vocab: &[&str]) -> Result
     })
 }
 
+/// The tower's tensors outside its layers: (Hugging Face name under the tower, mmproj name).
+const TOWER: [(&str, &str); 5] = [
+    ("embeddings.patch_embedding.weight", "v.patch_embd.weight"),
+    ("embeddings.patch_embedding.bias", "v.patch_embd.bias"),
+    ("embeddings.position_embedding.weight", "v.position_embd.weight"),
+    ("post_layernorm.weight", "v.post_ln.weight"),
+    ("post_layernorm.bias", "v.post_ln.bias"),
+];
+
+/// An encoder layer's modules: (Hugging Face module, llama.cpp's).
+const LAYER: [(&str, &str); 8] = [
+    ("self_attn.q_proj", "attn_q"),
+    ("self_attn.k_proj", "attn_k"),
+    ("self_attn.v_proj", "attn_v"),
+    ("self_attn.out_proj", "attn_out"),
+    ("layer_norm1", "ln1"),
+    ("layer_norm2", "ln2"),
+    ("mlp.fc1", "ffn_up"),
+    ("mlp.fc2", "ffn_down"),
+];
+
+/// The projector's tensors: (Hugging Face name under the projector's prefix, mmproj name).
+const PROJECTOR: [(&str, &str); 1] = [("modality_projection.proj.weight", "mm.model.fc.weight")];
+
 /// The mmproj name of the Hugging Face tensor `hf` under `layout` (llama.cpp's `v.*` / `mm.*`).
 fn mmproj_name(hf: &str, layout: &Layout) -> Option<String> {
     if let Some(rest) = hf.strip_prefix(layout.projector) {
-        return match rest {
-            "modality_projection.proj.weight" => Some("mm.model.fc.weight".into()),
-            _ => None,
-        };
+        return PROJECTOR
+            .iter()
+            .find(|(h, _)| *h == rest)
+            .map(|(_, g)| (*g).into());
     }
     let rest = hf.strip_prefix(layout.tower)?.strip_prefix('.')?;
-    let fixed = match rest {
-        "embeddings.patch_embedding.weight" => Some("v.patch_embd.weight"),
-        "embeddings.patch_embedding.bias" => Some("v.patch_embd.bias"),
-        "embeddings.position_embedding.weight" => Some("v.position_embd.weight"),
-        "post_layernorm.weight" => Some("v.post_ln.weight"),
-        "post_layernorm.bias" => Some("v.post_ln.bias"),
-        _ => None,
-    };
-    if let Some(name) = fixed {
-        return Some(name.into());
+    if let Some((_, g)) = TOWER.iter().find(|(h, _)| *h == rest) {
+        return Some((*g).into());
     }
     let rest = rest.strip_prefix("encoder.layers.")?;
     let (i, part) = rest.split_once('.')?;
     let (module, kind) = part.rsplit_once('.')?;
-    let ggml = match module {
-        "self_attn.q_proj" => "attn_q",
-        "self_attn.k_proj" => "attn_k",
-        "self_attn.v_proj" => "attn_v",
-        "self_attn.out_proj" => "attn_out",
-        "layer_norm1" => "ln1",
-        "layer_norm2" => "ln2",
-        "mlp.fc1" => "ffn_up",
-        "mlp.fc2" => "ffn_down",
-        _ => return None,
-    };
+    let (_, ggml) = LAYER.iter().find(|(h, _)| *h == module)?;
     Some(format!("v.blk.{i}.{ggml}.{kind}"))
 }
 
+/// The Hugging Face name under `layout` of the mmproj tensor `g` (the inverse of [`mmproj_name`]).
+pub(crate) fn hf_name(g: &str, layout: &Layout) -> Option<String> {
+    if let Some((h, _)) = PROJECTOR.iter().find(|(_, m)| *m == g) {
+        return Some(format!("{}{h}", layout.projector));
+    }
+    if let Some((h, _)) = TOWER.iter().find(|(_, m)| *m == g) {
+        return Some(format!("{}.{h}", layout.tower));
+    }
+    let rest = g.strip_prefix("v.blk.")?;
+    let (i, part) = rest.split_once('.')?;
+    i.parse::<usize>().ok()?;
+    let (module, kind) = part.rsplit_once('.')?;
+    let (h, _) = LAYER.iter().find(|(_, m)| *m == module)?;
+    Some(format!("{}.encoder.layers.{i}.{h}.{kind}", layout.tower))
+}
+
+/// The layout an mmproj's tensors are read under: the family's first, with the language model's
+/// tensors under their own names.
+pub(crate) fn layout(v: &VisionConfig) -> Result<Layout, LoadError> {
+    let family = v.projector.family()?;
+    Ok(Layout {
+        text: "model.",
+        lm_head: "lm_head.weight",
+        ..family.layouts()[0]
+    })
+}
+
+/// How the mmproj says images are prepared: its family's processor with the file's
+/// `clip.vision.image_mean` / `image_std` and, for SmolVLM, `clip.vision.preproc_image_size` as the
+/// longest edge an image is resized to before it is cut into tiles.
+pub fn image_processor(g: &Gguf<'_>, v: &VisionConfig) -> Result<ImageProcessor, LoadError> {
+    let triple = |key: &str| -> Result<Option<[f32; 3]>, LoadError> {
+        let Some(value) = g.get(key) else {
+            return Ok(None);
+        };
+        let number = |i| {
+            value
+                .as_array()
+                .filter(|a| a.len() == 3)
+                .and_then(|a| a.f64_at(i))
+        };
+        match (number(0), number(1), number(2)) {
+            (Some(a), Some(b), Some(c)) => Ok(Some([a as f32, b as f32, c as f32])),
+            _ => Err(meta(key, "is not three numbers")),
+        }
+    };
+    let mut processor = ImageProcessor::default_for(v.projector, v.image_size);
+    let normalize = Normalize {
+        mean: triple("clip.vision.image_mean")?.unwrap_or(Normalize::STANDARD.mean),
+        std: triple("clip.vision.image_std")?.unwrap_or(Normalize::STANDARD.std),
+        ..Normalize::STANDARD
+    };
+    let key = "clip.vision.preproc_image_size";
+    let longest = g.get(key).and_then(|value| value.as_u64());
+    match &mut processor {
+        ImageProcessor::Idefics3 {
+            normalize: n,
+            longest_edge,
+            ..
+        } => {
+            *n = normalize;
+            if let Some(edge) = longest {
+                if edge < v.image_size as u64 || edge > 1 << 14 {
+                    return Err(meta(
+                        key,
+                        format!("{edge} pixels: not from {} to 16384", v.image_size),
+                    ));
+                }
+                *longest_edge = edge as usize;
+            }
+        }
+        ImageProcessor::Gemma3 { normalize: n, .. } => *n = normalize,
+    }
+    Ok(processor)
+}
+
 /// The converter changes no vision tensor.
-const UNCHANGED: Fixups = Fixups {
+pub(crate) const UNCHANGED: Fixups = Fixups {
     permuted: None,
     norm_shift: 0.0,
 };
@@ -239,13 +322,8 @@ pub fn load(lm: &Gguf<'_>, mmproj: &Gguf<'_>, device: &Device) -> Result<(Decode
     let mut text = config(lm)?;
     let vocab = lm.strings("tokenizer.ggml.tokens")?.unwrap_or_default();
     let v = vision_config(mmproj, &text, &vocab)?;
-    let family = v.projector.family()?;
     // The vision tensors under the family's first layout; the language model's under its own names.
-    let layout = Layout {
-        text: "model.",
-        lm_head: "lm_head.weight",
-        ..family.layouts()[0]
-    };
+    let layout = layout(&v)?;
     text.vision = Some(v);
     let mut lm_weights = GgufWeights::new(lm, &text)?;
     let mut both = Pair {
