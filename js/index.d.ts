@@ -77,14 +77,22 @@ export interface HfSource {
   weights: (FileSource | { name?: string; url: string | URL } | { name: string; bytes: Uint8Array | ArrayBuffer })[];
 }
 
+/** A vision-language model in llama.cpp's layout: the language model's GGUF and its `mmproj` GGUF. */
+export interface GgufPairSource {
+  model: FileSource | FileSource[];
+  mmproj: FileSource;
+}
+
 export interface LoadOptions {
   /** The id requests name in `model`. */
   model: string;
   /**
    * A URL of a `.gguf` file, or its bytes; or the files of a model split by llama.cpp's `gguf-split`, in
-   * order (`…-00001-of-0000n.gguf` first); or a Hugging Face model's files.
+   * order (`…-00001-of-0000n.gguf` first); or `{ model, mmproj }`, a vision-language model in llama.cpp's
+   * two files (the language model's GGUF, or its split files, and its mmproj GGUF); or a Hugging Face
+   * model's files.
    */
-  source: FileSource | FileSource[] | HfSource;
+  source: FileSource | FileSource[] | GgufPairSource | HfSource;
   onProgress?: (progress: LoadProgress) => void;
   /** Keep the download in the Cache API, keyed by URL. */
   cache?: boolean;
@@ -131,6 +139,12 @@ export interface LoadOptions {
 export interface RequestOptions {
   /** Aborting stops the generation at its next step; the promise or iterator rejects with an `AbortError`. */
   signal?: AbortSignal;
+  /**
+   * A chat request with images to a vision-language model: called once, before the first chunk, when the
+   * device has encoded them: how many images, how many prompt tokens they take, and the milliseconds from
+   * the request's start (fetching and decoding them included) until their encoder rows were ready.
+   */
+  onImages?: (info: { images: number; tokens: number; encodeMs: number }) => void;
 }
 
 export interface DeviceInfo {
@@ -212,7 +226,7 @@ export interface ServiceWorkerModel {
  */
 export declare function registerServiceWorker(
   script: string | URL,
-  options: Omit<LoadOptions, 'source' | 'cache'> & { source: string | URL; scope?: string },
+  options: Omit<LoadOptions, 'source' | 'cache'> & { source: string | URL | { model: string | URL; mmproj: string | URL }; scope?: string },
 ): Promise<ServiceWorkerModel>;
 
 /** Where a loaded model's bytes are (`Engine.memory`). */

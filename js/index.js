@@ -247,7 +247,7 @@ const HEADER_PIECE = 1 << 20;
  * fetched, over all files), `parse` (the headers read), `upload` (bytes of tensors on the device),
  * interleaved as the files stream.
  */
-async function streamGguf({ KilnLoader }, model, sources, { cache, device, onProgress }) {
+async function streamGguf({ KilnLoader }, model, sources, { cache, device, onProgress, mmproj = false }) {
   const store = cache && globalThis.caches && sources.some(isUrl) ? await caches.open('kiln-models') : null;
   const writes = [];
   const files = [];
@@ -265,7 +265,9 @@ async function streamGguf({ KilnLoader }, model, sources, { cache, device, onPro
   onProgress?.({ phase: 'download', loaded, total });
   let loader;
   try {
-    loader = await KilnLoader.gguf(device, uploadReporter(onProgress, Math.max(total, 1)), files.length);
+    // With an mmproj, it is the last file, after the language model's.
+    const lm = mmproj ? files.length - 1 : files.length;
+    loader = await KilnLoader.gguf(device, uploadReporter(onProgress, Math.max(total, 1)), lm, mmproj);
   } catch (e) {
     for (const f of files) f.reader?.cancel().catch(() => {});
     throw toError(e);
@@ -432,6 +434,24 @@ async function hfFiles(source, cache, onProgress) {
   return files;
 }
 
+/**
+ * The files of `source = { model, mmproj }` in load order: the language model's GGUF (a URL or bytes, or
+ * the list of a split model's files), then its mmproj.
+ */
+function ggufPair(source) {
+  for (const k of Object.keys(source)) {
+    if (k !== 'model' && k !== 'mmproj') throw sourceError(`\`source.${k}\` is not part of \`{ model, mmproj }\``);
+  }
+  const lm = Array.isArray(source.model) ? source.model : [source.model];
+  if (lm.length === 0 || !lm.every((x) => isUrl(x) || isBytes(x))) {
+    throw sourceError('`source.model` must be the URL or bytes of the language model\'s .gguf file (or the list of a split model\'s files)');
+  }
+  if (!isUrl(source.mmproj) && !isBytes(source.mmproj)) {
+    throw sourceError('`source.mmproj` must be the URL or bytes of the model\'s mmproj .gguf file');
+  }
+  return [...lm, source.mmproj];
+}
+
 /** Reports the parse and upload phases from the wasm module's `(loaded, total)` upload callback. */
 function uploadReporter(onProgress, size) {
   let parsed = false;
@@ -463,8 +483,9 @@ export class Engine {
 
   /**
    * Loads a model. `source`: a URL of a `.gguf` file, or its bytes (`Uint8Array` / `ArrayBuffer`), or a
-   * list of them (a model split by llama.cpp's `gguf-split`: `…-00001-of-0000n.gguf` first), or a
-   * Hugging Face model's files `{ config, tokenizer, tokenizerConfig?, chatTemplate?, generationConfig?,
+   * list of them (a model split by llama.cpp's `gguf-split`: `…-00001-of-0000n.gguf` first), or `{ model,
+   * mmproj }` (a vision-language model in llama.cpp's layout: the language model's GGUF, or its list, and
+   * its `mmproj` GGUF; both stream), or a Hugging Face model's files `{ config, tokenizer, tokenizerConfig?, chatTemplate?, generationConfig?,
    * index?, weights: [...] }` (URLs or bytes). `device`: `'webgpu'`, `'cpu'` or `'auto'` (WebGPU when there is
    * an adapter, else the CPU backend). `onProgress({ phase, loaded, total })`: `download` (bytes fetched),
    * `parse`, then `upload` (bytes of weights on the device). A GGUF file streams: each tensor goes to the
@@ -503,12 +524,15 @@ export class Engine {
       }
     }
     const ggufFiles = Array.isArray(source) && source.length > 0 && source.every((x) => isUrl(x) || isBytes(x));
-    if (quantize !== undefined && quantize !== null && (isUrl(source) || isBytes(source) || ggufFiles)) {
+    const pair = source && typeof source === 'object' && !isBytes(source) && !isUrl(source) && 'mmproj' in source;
+    if (quantize !== undefined && quantize !== null && (isUrl(source) || isBytes(source) || ggufFiles || pair)) {
       throw new KilnError({ status: 422, error: { message: '`quantize` applies to Hugging Face (safetensors) sources; a GGUF file keeps the types it was quantized to', type: 'invalid_request_error', param: 'quantize', code: 'invalid_value' } });
     }
     if (isUrl(source) || isBytes(source) || ggufFiles) {
       const sources = ggufFiles ? source : [source];
       inner = await streamGguf(build.wasm, model, sources, { cache, device: build.device, onProgress });
+    } else if (pair) {
+      inner = await streamGguf(build.wasm, model, ggufPair(source), { cache, device: build.device, onProgress, mmproj: true });
     } else if (source && typeof source === 'object' && 'config' in source) {
       const files = await hfFiles(source, cache, onProgress);
       const size = files.weights.reduce((n, w) => n + w.bytes.length, 0);
@@ -518,7 +542,7 @@ export class Engine {
         throw toError(e);
       }
     } else {
-      throw sourceError('`source` must be the URL or bytes of a .gguf file, a list of them (the files of a split model, in order), or `{ config, tokenizer, weights, ... }`');
+      throw sourceError('`source` must be the URL or bytes of a .gguf file, a list of them (the files of a split model, in order), `{ model, mmproj }` (a vision-language model in llama.cpp\'s two files), or `{ config, tokenizer, weights, ... }`');
     }
     if (typeof chatTemplate === 'string') {
       try {
@@ -586,24 +610,37 @@ export class Engine {
    * Validates `request` (throwing its KilnError) and returns its stream; nothing runs yet. A chat request
    * to a vision-language model has its images decoded first.
    */
-  async #begin(kind, request) {
+  async #begin(kind, request, onImages) {
     if (!this.#model) throw notLoadedError();
+    const start = performance.now();
     const images = kind === 'chat' && this.#model.vision ? await decodeImages(request) : undefined;
+    let stream;
     try {
-      return kind === 'chat' ? this.#model.chatStream(request, images) : this.#model.completionStream(request);
+      stream = kind === 'chat' ? this.#model.chatStream(request, images) : this.#model.completionStream(request);
     } catch (e) {
       throw toError(e);
     }
+    if (typeof onImages === 'function' && images?.length) {
+      let info;
+      try {
+        info = await stream.images();
+      } catch (e) {
+        stream.close();
+        throw toError(e);
+      }
+      if (info) onImages({ ...info, encodeMs: performance.now() - start });
+    }
+    return stream;
   }
 
-  async #create(kind, request, { signal } = {}) {
+  async #create(kind, request, { signal, onImages } = {}) {
     // Validation happens here, before any device work and before waiting for earlier requests.
-    return this.#run(await this.#begin(kind, request), request, signal);
+    return this.#run(await this.#begin(kind, request, onImages), request, signal);
   }
 
   /** For `fetch`: validates now, and resolves to `{ result }`, the promise of the answer once it has its turn. */
-  async [accept](kind, request, { signal } = {}) {
-    const result = this.#run(await this.#begin(kind, request), request, signal);
+  async [accept](kind, request, { signal, onImages } = {}) {
+    const result = this.#run(await this.#begin(kind, request, onImages), request, signal);
     result.catch(() => {});
     return { result };
   }
@@ -655,6 +692,19 @@ async function* chunks(stream, signal, release) {
 // WorkerEngine: the same interface, with the model inside a module Web Worker running `./worker.js`.
 // ---------------------------------------------------------------------------------------------------------
 
+/**
+ * `source` with its GGUF URLs absolute against this page (a worker resolves relative URLs against its own
+ * script): a URL, a list of them, or `{ model, mmproj }`; anything else as it is.
+ */
+export function absoluteSource(source) {
+  const absolute = (x) => (isUrl(x) ? new URL(String(x), globalThis.location?.href).href : x);
+  const each = (x) => (Array.isArray(x) ? x.map(absolute) : absolute(x));
+  if (source && typeof source === 'object' && !isBytes(source) && !isUrl(source) && 'mmproj' in source) {
+    return { ...source, model: each(source.model), mmproj: absolute(source.mmproj) };
+  }
+  return each(source);
+}
+
 /** An error as it crosses postMessage (structured clone keeps neither the class nor `status`/`error`). */
 export function errorMessage(e) {
   if (e instanceof KilnError) return { kind: 'kiln', body: { status: e.status, error: e.error } };
@@ -699,8 +749,7 @@ export class WorkerEngine {
   static async load(worker, { onProgress, ...options } = {}) {
     const engine = new WorkerEngine(worker);
     // The worker resolves relative URLs against its own script; the caller meant this page.
-    const absolute = (x) => (isUrl(x) ? new URL(String(x), globalThis.location?.href).href : x);
-    options.source = Array.isArray(options.source) ? options.source.map(absolute) : absolute(options.source);
+    options.source = absoluteSource(options.source);
     const info = await engine.#call({ kiln: 'load', options, progress: Boolean(onProgress) }, onProgress);
     engine.loadedAt = Math.floor(Date.now() / 1000);
     engine.model = info.model;
@@ -751,6 +800,7 @@ export class WorkerEngine {
       case 'chunk': p.channel.push({ chunk: m.chunk }); break;
       case 'end': p.channel.push({ end: true }); this.#pending.delete(m.id); break;
       case 'accepted': p.accepted?.(); break;
+      case 'images': p.onImages?.(m.images); break;
       case 'stream': p.resolve(p.channel); break;
       case 'result': p.resolve(m.value); this.#pending.delete(m.id); break;
       case 'error': p.fail(errorFromMessage(m.error)); this.#pending.delete(m.id); break;
@@ -759,10 +809,10 @@ export class WorkerEngine {
   }
 
   /** Posts `message` with a fresh id; resolves with its `result` (or, for a stream, its channel). */
-  #call(message, progress, accepted) {
+  #call(message, progress, accepted, onImages) {
     const id = this.#next++;
     return new Promise((resolve, reject) => {
-      const entry = { resolve, progress, accepted, channel: new Channel() };
+      const entry = { resolve, progress, accepted, onImages, channel: new Channel() };
       // Before the stream starts, a failure rejects the call; after, it ends the iterator with the error.
       entry.fail = (error) => {
         reject(error);
@@ -773,14 +823,15 @@ export class WorkerEngine {
     });
   }
 
-  async #create(kind, request, { signal } = {}, accepted = undefined) {
+  async #create(kind, request, { signal, onImages } = {}, accepted = undefined) {
     if (signal?.aborted) throw abortError();
     const id = this.#next;
     const onAbort = () => this.#worker.postMessage({ kiln: 'abort', id });
     signal?.addEventListener('abort', onAbort, { once: true });
     let result;
     try {
-      result = await this.#call({ kiln: 'create', kind, request }, undefined, accepted);
+      const images = typeof onImages === 'function';
+      result = await this.#call({ kiln: 'create', kind, request, images }, undefined, accepted, images ? onImages : undefined);
     } catch (e) {
       signal?.removeEventListener('abort', onAbort);
       throw signal?.aborted ? abortError() : e;

@@ -2,7 +2,7 @@
 // for every tab of the origin), and follow the load's progress. After that, plain `fetch('/v1/chat/completions',
 // …)` from any script of the origin is answered by the model, and so is an OpenAI client whose base URL is the
 // origin's `/v1`.
-import { KilnError } from './index.js';
+import { KilnError, absoluteSource } from './index.js';
 
 /** An error as the worker posts it (`errorMessage` in index.js), back as a thrown value. */
 function thrown(m) {
@@ -35,7 +35,7 @@ function controlled() {
  * Registers `script` (a module that imports `kiln-llm/service-worker`, or that file itself when it is served
  * from the origin) as a module Service Worker with `scope` (default: the script's folder; `/` needs the
  * server's `Service-Worker-Allowed: /` header when the script lives deeper), and loads the model: `options` as
- * for `Engine.load` (JSON-safe: `source` a URL, not bytes; `cache` is always on). Tabs that ask for the same
+ * for `Engine.load` (JSON-safe: `source` URLs, not bytes; `cache` is always on). Tabs that ask for the same
  * model share the one the worker has. `onProgress({ phase, loaded, total })` is called on this page while it
  * loads. Resolves with `{ model, device, registration }`; rejects with the load's KilnError.
  */
@@ -43,9 +43,7 @@ export async function registerServiceWorker(script, { scope, onProgress, ...opti
   if (!('serviceWorker' in navigator)) {
     throw new Error('this page has no Service Workers (they need a secure context: https or localhost)');
   }
-  if (typeof options.source === 'string' || options.source instanceof URL) {
-    options.source = new URL(String(options.source), location.href).href;
-  }
+  options.source = absoluteSource(options.source);
   const registration = await navigator.serviceWorker.register(script, { type: 'module', scope });
   const worker = await activeWorker(registration);
   const onMessage = (event) => {

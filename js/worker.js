@@ -1,9 +1,10 @@
 // The Web Worker side of `WorkerEngine` (js/index.js): import this module in a module Worker
 // (`new Worker(new URL('kiln-llm/worker', import.meta.url), { type: 'module' })`) and the model runs there,
 // off the page's main thread. Messages (all carry the request's `id`):
-//   in:  { kiln: 'load', options, progress } | { kiln: 'create', kind: 'chat' | 'completion', request }
+//   in:  { kiln: 'load', options, progress } | { kiln: 'create', kind: 'chat' | 'completion', request, images }
 //        | { kiln: 'abort' } | { kiln: 'unload' }
 //   out: { kiln: 'progress', progress } | { kiln: 'accepted' } (validated, waiting its turn)
+//        | { kiln: 'images', images } (`images` asked: the request's images encoded, as `onImages` sees them)
 //        | { kiln: 'result', value } | { kiln: 'stream' }
 //        | { kiln: 'chunk', chunk } | { kiln: 'end' } | { kiln: 'error', error }
 import { Engine, errorMessage, notLoadedError } from './index.js';
@@ -23,13 +24,14 @@ async function load(id, { options, progress }) {
   post({ kiln: 'result', id, value: { model: engine.model, device: engine.device, threads: engine.threads, memory: engine.memory, vision: engine.vision } });
 }
 
-async function create(id, { kind, request }) {
+async function create(id, { kind, request, images }) {
   if (!engine) throw notLoadedError();
   const controller = new AbortController();
   running.set(id, controller);
   try {
     // Validated first (`accepted` tells the page, for `fetch`), then it waits its turn.
-    const { result: answer } = await engine[accept](kind, request, { signal: controller.signal });
+    const onImages = images ? (info) => post({ kiln: 'images', id, images: info }) : undefined;
+    const { result: answer } = await engine[accept](kind, request, { signal: controller.signal, onImages });
     post({ kiln: 'accepted', id });
     const result = await answer;
     if (!request?.stream) {

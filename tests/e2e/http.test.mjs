@@ -8,26 +8,10 @@
 // calls (the tiny model's 256-position context cannot hold the tools' prompt).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { build } from 'esbuild';
-import { launch } from './browser.mjs';
+import { clientsBundle, launch } from './browser.mjs';
 
 const url = process.env.KILN_DEMO_URL;
 const PAGE = url && new URL('pkg/package.json', url).href;
-
-/** The three clients as one script that sets `globalThis.kilnClients`. */
-async function clientsBundle() {
-  const entry = `
-    export { default as OpenAI } from 'openai';
-    export { generateText, streamText } from 'ai';
-    export { createOpenAICompatible } from '@ai-sdk/openai-compatible';
-    export { ChatOpenAI } from '@langchain/openai';`;
-  const out = await build({
-    stdin: { contents: entry, resolveDir: process.cwd(), loader: 'js' },
-    bundle: true, format: 'iife', globalName: 'kilnClients', platform: 'browser', target: 'chrome120',
-    write: false, logLevel: 'warning',
-  });
-  return out.outputFiles[0].text;
-}
 
 /** Runs in the page: each client against `engine.fetch` (`mode`: `'main'` for `Engine`, `'worker'`). */
 async function clients(mode) {

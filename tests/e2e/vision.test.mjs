@@ -5,9 +5,12 @@
 // `Engine` on the page and `WorkerEngine` in a Worker, on WebGPU and the CPU backend; a `blob:` URL gives
 // the same answer, and `detail: "low"` the single-image one. Refused with a 400 naming the part: an image
 // URL that cannot be fetched, bytes that are not an image, a header declaring more than 50 megapixels.
+// The same model as llama.cpp's two files (`source: { model, mmproj }`) answers the same: through the JS
+// API (with `onImages`), through openai-node on `engine.fetch` (a `data:` URL and an http URL of the test
+// server), and through the Service Worker's `/v1/chat/completions`.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { launch } from './browser.mjs';
+import { clientsBundle, launch } from './browser.mjs';
 
 const url = process.env.KILN_DEMO_URL;
 
@@ -101,3 +104,85 @@ for (const [mode, device] of [['main', 'webgpu'], ['worker', 'cpu']]) {
     }
   });
 }
+
+const DIR = '/fixtures/golden/smolvlm/';
+const PAIR = { model: '/fixtures/gguf/tiny-smolvlm.gguf', mmproj: '/fixtures/gguf/tiny-smolvlm-mmproj.gguf' };
+
+/** Runs in the page: the GGUF pair through the JS API and openai-node. */
+async function pairCases({ dir, pair }) {
+  const { Engine } = await import('/pkg/index.js');
+  const golden = await (await fetch(`${dir}chat.json`)).json();
+  // The GGUF carries a ChatML template of its own; the checkpoint's is the one transformers used.
+  const chatTemplate = (await (await fetch(`${dir}tokenizer_config.json`)).json()).chat_template;
+  const engine = await Engine.load({ model: 'tiny-smolvlm', source: pair, device: 'webgpu', chatTemplate });
+  try {
+    const seen = [];
+    const out = await engine.chat.completions.create(golden.request, { onImages: (info) => seen.push(info) });
+    const { OpenAI } = globalThis.kilnClients;
+    const openai = new OpenAI({ apiKey: 'unused', baseURL: 'http://kiln.invalid/v1', fetch: engine.fetch, dangerouslyAllowBrowser: true, maxRetries: 0 });
+    const viaData = await openai.chat.completions.create(golden.request);
+    const http = structuredClone(golden.request);
+    http.messages[0].content[0].image_url.url = new URL(`${dir}chat.png`, location.href).href;
+    const viaHttp = await openai.chat.completions.create(http);
+    let streamed = '';
+    for await (const c of await openai.chat.completions.create({ ...http, stream: true })) streamed += c.choices[0]?.delta?.content ?? '';
+    return {
+      vision: engine.vision,
+      golden: { text: golden.completion_text.skip_special_tokens_true, prompt: golden.prompt_ids.length },
+      api: { text: out.choices[0].message.content, prompt: out.usage.prompt_tokens },
+      seen,
+      viaData: { text: viaData.choices[0].message.content, prompt: viaData.usage.prompt_tokens },
+      viaHttp: { text: viaHttp.choices[0].message.content, prompt: viaHttp.usage.prompt_tokens },
+      streamed,
+    };
+  } finally {
+    await engine.unload();
+  }
+}
+
+test('llama.cpp\'s GGUF + mmproj: the JS API, openai-node on engine.fetch (data: and http URLs) and the Service Worker answer as transformers', { timeout: 600_000 }, async () => {
+  assert.ok(url, 'KILN_DEMO_URL (cargo xtask test sets it)');
+  const browser = await launch();
+  try {
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    const logs = [];
+    page.on('console', (m) => logs.push(`[${m.type()}] ${m.text()}`));
+    page.on('pageerror', (e) => logs.push(`[pageerror] ${e.message}`));
+    await page.goto(new URL('pkg/package.json', url).href);
+    await page.addScriptTag({ content: await clientsBundle() });
+    let r;
+    try {
+      r = await page.evaluate(pairCases, { dir: DIR, pair: PAIR });
+    } catch (e) {
+      throw new Error(`${e.message}\n${logs.join('\n')}`);
+    }
+    assert.deepEqual(r.vision, { images: true, imageSize: 64, tokensPerImage: 4 });
+    for (const k of ['api', 'viaData', 'viaHttp']) {
+      assert.deepEqual(r[k], r.golden, `${k}: transformers' prompt length and greedy completion`);
+    }
+    assert.equal(r.streamed, r.golden.text, 'streamed through openai-node');
+    assert.equal(r.seen.length, 1, 'onImages is called once');
+    const [seen] = r.seen;
+    assert.equal(seen.images, 1);
+    // A 2 × 2 grid and the global image, 4 rows each.
+    assert.equal(seen.tokens, 20);
+    assert.ok(seen.encodeMs > 0, JSON.stringify(seen));
+
+    // The Service Worker loads the same pair and answers plain fetch.
+    const sw = await page.evaluate(async ({ dir, pair }) => {
+      const { registerServiceWorker } = await import('/pkg/index.js');
+      const golden = await (await fetch(`${dir}chat.json`)).json();
+      const chatTemplate = (await (await fetch(`${dir}tokenizer_config.json`)).json()).chat_template;
+      const loaded = await registerServiceWorker('/pkg/service-worker.js', { scope: '/', model: 'tiny-smolvlm', source: pair, device: 'cpu', chatTemplate });
+      const res = await fetch('/v1/chat/completions', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(golden.request) });
+      const body = await res.json();
+      return { model: loaded.model, status: res.status, text: body.choices?.[0]?.message?.content, prompt: body.usage?.prompt_tokens, body };
+    }, { dir: DIR, pair: PAIR });
+    assert.equal(sw.status, 200, JSON.stringify(sw.body));
+    assert.deepEqual({ text: sw.text, prompt: sw.prompt }, r.golden, 'the Service Worker');
+    await context.close();
+  } finally {
+    await browser.close();
+  }
+});
