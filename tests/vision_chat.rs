@@ -1,12 +1,13 @@
 //! A chat request with an image, end to end, against transformers: the tiny random SmolVLM of
 //! `tests/fixtures/golden/smolvlm/` with its tokenizer, chat template and a scaled-down image processor
 //! (`make_golden_smolvlm_chat.py`: transformers' `Idefics3Processor` with its PIL backend, then
-//! `generate`). An OpenAI request carries a PNG as a `data:` URL; decoded here as a browser would (RGBA),
+//! `generate`), and the tiny random Gemma 3 of `golden/gemma3_vision/` (`make_golden_gemma3_chat.py`:
+//! `Gemma3Processor`, its soft tokens bidirectional by `token_type_ids`). An OpenAI request carries a PNG as a `data:` URL; decoded here as a browser would (RGBA),
 //! it is preprocessed into transformers' tiles (every pixel value), the prompt expands to transformers'
 //! ids (tile markers and image-token runs), and greedy generation gives transformers' completion; with
 //! `detail: "low"` the single global image. A later turn that repeats the image reuses its KV state.
-//! The same model as llama.cpp's two files (`tiny-smolvlm.gguf` and its mmproj, streamed in pieces)
-//! answers the same.
+//! The same models as llama.cpp's two files (`tiny-smolvlm.gguf`, `tiny-gemma3-vision.gguf` and their
+//! mmproj files, streamed in pieces) answer the same.
 
 #![cfg(not(target_arch = "wasm32"))]
 
@@ -21,20 +22,49 @@ use kiln::tokenizer::HfTokenizerFiles;
 use pollster::block_on;
 use serde_json::{Value, json};
 
-const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/golden/smolvlm");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+
+/// A fixture model: its directory under `golden/` and its GGUF pair's name under `gguf/`.
+#[derive(Clone, Copy)]
+struct Fixture {
+    dir: &'static str,
+    gguf: &'static str,
+}
+
+const SMOLVLM: Fixture = Fixture {
+    dir: "smolvlm",
+    gguf: "tiny-smolvlm",
+};
+
+const GEMMA3: Fixture = Fixture {
+    dir: "gemma3_vision",
+    gguf: "tiny-gemma3-vision",
+};
+
+impl Fixture {
+    fn read(&self, name: &str) -> Vec<u8> {
+        let dir = self.dir;
+        std::fs::read(format!("{FIXTURES}/golden/{dir}/{name}"))
+            .unwrap_or_else(|e| panic!("{dir}/{name}: {e}"))
+    }
+
+    fn golden(&self) -> Value {
+        serde_json::from_slice(&self.read("chat.json")).expect("chat.json")
+    }
+}
 
 fn read(name: &str) -> Vec<u8> {
-    std::fs::read(format!("{DIR}/{name}")).unwrap_or_else(|e| panic!("{name}: {e}"))
+    SMOLVLM.read(name)
 }
 
 fn load(device: &Device) -> LoadedModel {
-    load_quantized(device, None)
+    load_quantized(SMOLVLM, device, None)
 }
 
-fn load_quantized(device: &Device, quantize: Option<GgmlType>) -> LoadedModel {
-    let (config, weights) = (read("config.json"), read("model.safetensors"));
-    let (tokenizer, tokenizer_config) = (read("tokenizer.json"), read("tokenizer_config.json"));
-    let preprocessor = read("preprocessor_config.json");
+fn load_quantized(f: Fixture, device: &Device, quantize: Option<GgmlType>) -> LoadedModel {
+    let (config, weights) = (f.read("config.json"), f.read("model.safetensors"));
+    let (tokenizer, tokenizer_config) = (f.read("tokenizer.json"), f.read("tokenizer_config.json"));
+    let preprocessor = f.read("preprocessor_config.json");
     let files = HfFiles {
         config: &config,
         weights: vec![("model.safetensors".into(), &weights)],
@@ -46,13 +76,14 @@ fn load_quantized(device: &Device, quantize: Option<GgmlType>) -> LoadedModel {
         },
         preprocessor: Some(&preprocessor),
     };
-    LoadedModel::from_hf_quantized("tiny-smolvlm", files, device, quantize, &mut |_, _| {}).expect("loads")
+    LoadedModel::from_hf_quantized(f.gguf, files, device, quantize, &mut |_, _| {}).expect("loads")
 }
 
-/// The model from llama.cpp's GGUF and mmproj (`make_gguf_smolvlm.py`), each streamed in pieces of
-/// 4 KiB, with the checkpoint's chat template (the GGUF carries a ChatML one of its own).
-fn load_gguf_pair(device: &Device) -> LoadedModel {
-    let gguf = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/gguf/tiny-smolvlm");
+/// The model from llama.cpp's GGUF and mmproj (`make_gguf_smolvlm.py`, `make_gguf_gemma3_vision.py`),
+/// each streamed in pieces of 4 KiB, with the checkpoint's chat template (SmolVLM's GGUF carries a
+/// ChatML one of its own).
+fn load_gguf_pair(f: Fixture, device: &Device) -> LoadedModel {
+    let gguf = format!("{FIXTURES}/gguf/{}", f.gguf);
     let lm = std::fs::read(format!("{gguf}.gguf")).expect("the LM GGUF");
     let mmproj = std::fs::read(format!("{gguf}-mmproj.gguf")).expect("the mmproj");
     let mut loader = GgufLoader::files(device, 1, |_, _| {}).with_mmproj();
@@ -61,10 +92,10 @@ fn load_gguf_pair(device: &Device) -> LoadedModel {
             loader.push_to(file, piece).expect("a piece");
         }
     }
-    let config: Value = serde_json::from_slice(&read("tokenizer_config.json")).expect("json");
+    let config: Value = serde_json::from_slice(&f.read("tokenizer_config.json")).expect("json");
     let template = config["chat_template"].as_str().expect("a chat template");
     loader
-        .finish("tiny-smolvlm")
+        .finish(f.gguf)
         .expect("loads")
         .with_chat_template(template)
         .expect("the template")
@@ -135,6 +166,7 @@ fn check_case(m: &LoadedModel, golden: &Value, case: &str) {
         panic!("{case}: one image");
     };
     let want = tile_bytes(&golden[format!("pixel_values_u8{case}")]);
+    // Both fixtures' processors normalise with mean and std 0.5.
     let got: Vec<u8> = image
         .pixels
         .pixels()
@@ -167,27 +199,42 @@ fn check_case(m: &LoadedModel, golden: &Value, case: &str) {
     assert_eq!(usage.completion_tokens, 8);
 }
 
+/// The cases of fixture `f`: SmolVLM's tiled image and its `detail: "low"` form; Gemma 3's one image
+/// (it has no tiles, so `low` is the same).
+fn cases(f: Fixture) -> &'static [&'static str] {
+    match f.dir {
+        "smolvlm" => &["", "_low"],
+        _ => &[""],
+    }
+}
+
 #[test]
 fn an_image_chat_matches_transformers_on_flex_and_wgpu() {
-    let golden: Value = serde_json::from_slice(&read("chat.json")).expect("chat.json");
     let gpu = block_on(kiln::engine::runtime::device::gpu()).expect("a wgpu adapter");
-    for device in [Device::flex(), gpu.device.clone()] {
-        let m = load(&device);
-        assert!(m.spec().images && m.vision().is_some());
-        check_case(&m, &golden, "");
-        check_case(&m, &golden, "_low");
+    for f in [SMOLVLM, GEMMA3] {
+        let golden = f.golden();
+        for device in [Device::flex(), gpu.device.clone()] {
+            let m = load_quantized(f, &device, None);
+            assert!(m.spec().images && m.vision().is_some());
+            for case in cases(f) {
+                check_case(&m, &golden, case);
+            }
+        }
     }
 }
 
 #[test]
 fn the_gguf_pair_streamed_matches_transformers() {
-    let golden: Value = serde_json::from_slice(&read("chat.json")).expect("chat.json");
     let gpu = block_on(kiln::engine::runtime::device::gpu()).expect("a wgpu adapter");
-    for device in [Device::flex(), gpu.device.clone()] {
-        let m = load_gguf_pair(&device);
-        assert!(m.spec().images && m.vision().is_some());
-        check_case(&m, &golden, "");
-        check_case(&m, &golden, "_low");
+    for f in [SMOLVLM, GEMMA3] {
+        let golden = f.golden();
+        for device in [Device::flex(), gpu.device.clone()] {
+            let m = load_gguf_pair(f, &device);
+            assert!(m.spec().images && m.vision().is_some());
+            for case in cases(f) {
+                check_case(&m, &golden, case);
+            }
+        }
     }
 }
 
@@ -197,7 +244,10 @@ fn the_gguf_pair_streamed_matches_transformers() {
 fn quantize_leaves_the_vision_part_as_it_is() {
     let golden: Value = serde_json::from_slice(&read("chat.json")).expect("chat.json");
     let device = Device::flex();
-    let (plain, q8) = (load(&device), load_quantized(&device, Some(GgmlType::Q8_0)));
+    let (plain, q8) = (
+        load(&device),
+        load_quantized(SMOLVLM, &device, Some(GgmlType::Q8_0)),
+    );
     assert!(q8.memory().weight_bytes < plain.memory().weight_bytes);
     let imgs = images(&golden["request"]);
     let req = chat_request(golden["request"].clone(), &plain.spec()).expect("valid");

@@ -47,6 +47,15 @@ impl Placed {
         }
     }
 
+    /// Places a checkpoint tensor of any rank dense in f32 (a matrix used otherwise than as a weight:
+    /// see [`dense_matrix`]).
+    pub fn dense(raw: &RawTensor<'_>, device: &Device) -> Self {
+        Self::Dense {
+            flat: Box::new(vector(raw, device)),
+            shape: raw.shape.clone(),
+        }
+    }
+
     fn dims(&self) -> Vec<usize> {
         match self {
             Self::Vector(v) => v.dims().to_vec(),

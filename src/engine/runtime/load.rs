@@ -21,9 +21,9 @@ use crate::loader::gguf::TensorInfo;
 use crate::loader::stream::{Event, GgufStream};
 use crate::loader::{Gguf, GgufError, LoadError, split};
 use crate::model::gguf::{self as gguf_model, CONFIG_TENSORS, Fixups};
+use crate::model::vision::assemble_in;
 use crate::model::vision::gguf as mmproj;
 use crate::model::vision::preprocess::ImageProcessor;
-use crate::model::vision::{Layout, assemble_in};
 use crate::model::{Decoder, ModelConfig, Placed, Staged, VisionConfig};
 use crate::tokenizer::ModelTokenizer;
 
@@ -50,9 +50,9 @@ struct Staging {
 struct VisionStaging {
     config: VisionConfig,
     processor: ImageProcessor,
-    layout: Layout,
-    /// mmproj name → Hugging Face name under `layout`.
-    names: BTreeMap<String, String>,
+    names: mmproj::Names,
+    /// mmproj name → Hugging Face name.
+    hf: BTreeMap<String, String>,
 }
 
 /// A GGUF model loading piece by piece, from one file or from the files of a split model (llama.cpp's
@@ -191,7 +191,7 @@ impl<'f> GgufLoader<'f> {
                     vision: Some(v.config),
                     ..s.config
                 };
-                let (decoder, vision) = assemble_in(config, &mut s.staged, &state.device, v.layout)?;
+                let (decoder, vision) = assemble_in(config, &mut s.staged, &state.device, v.names.layout)?;
                 LoadedModel::new(id, decoder, s.tokenizer).with_vision(vision, v.processor)?
             }
         };
@@ -286,13 +286,15 @@ impl State<'_> {
         };
         let projector = self.mmproj && file + 1 == self.parsed.len();
         if let (true, Some(v)) = (projector, s.vision.as_ref()) {
-            let hf = v
-                .names
-                .get(name)
-                .ok_or_else(|| LoadError::Extra(format!("{name} (mmproj)")))?
-                .clone();
-            let raw = gguf_model::prepare(&hf, name, info, bytes, mmproj::UNCHANGED)?;
-            let placed = Placed::new(&hf, &raw, &self.device)?;
+            let hf =
+                v.hf.get(name)
+                    .ok_or_else(|| LoadError::Extra(format!("{name} (mmproj)")))?
+                    .clone();
+            let raw = gguf_model::prepare(&hf, name, info, bytes, v.names.fixups)?;
+            let placed = match v.names.dense.contains(&name) {
+                true => Placed::dense(&raw, &self.device),
+                false => Placed::new(&hf, &raw, &self.device)?,
+            };
             s.staged.insert(hf, placed);
         } else if CONFIG_TENSORS.contains(&name) {
             gguf_model::config_tensor(&mut s.config, name, info, bytes)?;
@@ -393,12 +395,12 @@ fn stage_vision(
         .unwrap_or_default();
     let config = mmproj::vision_config(g, text, &vocab)?;
     let processor = mmproj::image_processor(g, &config)?;
-    let layout = mmproj::layout(&config)?;
-    let names = g
+    let names = mmproj::names(&config)?;
+    let hf = g
         .tensors
         .iter()
         .map(|(name, _)| {
-            mmproj::hf_name(name, &layout)
+            mmproj::hf_name(name, &names)
                 .map(|hf| (name.clone(), hf))
                 .ok_or_else(|| LoadError::Extra(format!("{name} (mmproj)")))
         })
@@ -406,8 +408,8 @@ fn stage_vision(
     Ok(VisionStaging {
         config,
         processor,
-        layout,
         names,
+        hf,
     })
 }
 

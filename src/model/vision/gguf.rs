@@ -7,8 +7,9 @@
 //! SigLIP's and Idefics3's tensors unchanged (the convolution `[D, C, p, p]` as it is), so no value is
 //! transformed on the way.
 //!
-//! Projector types: `idefics3` (SmolVLM). `gemma3` and `mlp` mmproj files are refused naming
-//! `clip.projector_type` until their names are mapped.
+//! Projector types: `idefics3` (SmolVLM) and `gemma3` (Gemma 3: the converter adds Gemma's `1 +` to the
+//! soft-embedding norm, undone here, and its `scale_factor` is the pooling window). Others are refused
+//! naming `clip.projector_type`.
 
 use std::collections::BTreeSet;
 
@@ -16,7 +17,7 @@ use burn::tensor::Device;
 
 use super::config::VisionFields;
 use super::preprocess::{ImageProcessor, Normalize};
-use super::{Layout, Vision, VisionConfig, assemble_in};
+use super::{Layout, Projector, Vision, VisionConfig, assemble_in};
 use crate::loader::gguf::{Gguf, GgufError};
 use crate::loader::{LoadError, RawTensor, Weights};
 use crate::model::config::{ConfigError, HfConfig, ModelConfig};
@@ -31,17 +32,64 @@ fn meta(key: &str, reason: impl Into<String>) -> LoadError {
     })
 }
 
-/// The Hugging Face model type an mmproj's `clip.projector_type` stands for, and the token its image
-/// rows stand over in the language model's vocabulary.
-fn projector_kind(g: &Gguf<'_>) -> Result<(&'static str, &'static str), LoadError> {
+/// What an mmproj's `clip.projector_type` means.
+struct Kind {
+    /// `clip.projector_type`.
+    name: &'static str,
+    /// The Hugging Face model type it stands for.
+    model_type: &'static str,
+    /// The token its image rows stand over in the language model's vocabulary.
+    image_token: &'static str,
+    /// The projector's tensors: (Hugging Face name under the projector's prefix, mmproj name).
+    projector: &'static [(&'static str, &'static str)],
+    /// What the converter added to the projector's norm weights (`*norm.weight`).
+    norm_shift: f32,
+    /// The mmproj's matrices the family takes as dense operands ([`crate::model::placed::dense_matrix`]).
+    dense: &'static [&'static str],
+}
+
+const KINDS: [Kind; 2] = [
+    Kind {
+        name: "idefics3",
+        model_type: "idefics3",
+        image_token: "<image>",
+        projector: &[("modality_projection.proj.weight", "mm.model.fc.weight")],
+        norm_shift: 0.0,
+        dense: &[],
+    },
+    Kind {
+        name: "gemma3",
+        model_type: "gemma3",
+        image_token: "<image_soft_token>",
+        // The projection as Hugging Face keeps it, `[D, h]`; the norm with the `1 +` of Gemma's RMSNorm added.
+        projector: &[
+            ("mm_input_projection_weight", "mm.input_projection.weight"),
+            ("mm_soft_emb_norm.weight", "mm.soft_emb_norm.weight"),
+        ],
+        norm_shift: 1.0,
+        dense: &["mm.input_projection.weight"],
+    },
+];
+
+/// The kind of mmproj `g` is.
+fn projector_kind(g: &Gguf<'_>) -> Result<&'static Kind, LoadError> {
     let key = "clip.projector_type";
     match g.str(key)? {
-        Some("idefics3") => Ok(("idefics3", "<image>")),
-        Some(other) => Err(meta(
-            key,
-            format!("{other:?}: kiln reads idefics3 (SmolVLM) mmproj files"),
-        )),
+        Some(name) => KINDS.iter().find(|k| k.name == name).ok_or_else(|| {
+            meta(
+                key,
+                format!("{name:?}: kiln reads idefics3 (SmolVLM) and gemma3 (Gemma 3) mmproj files"),
+            )
+        }),
         None => Err(meta(key, "is missing")),
+    }
+}
+
+/// The kind of mmproj a vision part is read from.
+fn kind_of(v: &VisionConfig) -> &'static Kind {
+    match v.projector {
+        Projector::PixelShuffle { .. } => &KINDS[0],
+        Projector::AvgPool { .. } => &KINDS[1],
     }
 }
 
@@ -63,7 +111,7 @@ pub fn vision_config(g: &Gguf<'_>, text: &ModelConfig, vocab: &[&str]) -> Result
             "the file holds no vision encoder",
         ));
     }
-    let (model_type, image_token) = projector_kind(g)?;
+    let kind = projector_kind(g)?;
     let width = g.usize("clip.vision.projection_dim")?;
     if width != text.hidden_size {
         return Err(meta(
@@ -75,6 +123,7 @@ pub fn vision_config(g: &Gguf<'_>, text: &ModelConfig, vocab: &[&str]) -> Result
             ),
         ));
     }
+    let image_token = kind.image_token;
     let image_token_id = vocab.iter().position(|t| *t == image_token).ok_or_else(|| {
         meta(
             "tokenizer.ggml.tokens",
@@ -99,15 +148,30 @@ pub fn vision_config(g: &Gguf<'_>, text: &ModelConfig, vocab: &[&str]) -> Result
             .filter(|gelu| !gelu)
             .map(|_| "quick_gelu".into()),
     };
-    let top = HfConfig {
-        model_type: Some(model_type.into()),
-        scale_factor: g
-            .get("clip.vision.projector.scale_factor")
-            .and_then(|v| v.as_u64())
-            .map(|s| s as usize),
+    let scale_factor = g
+        .get("clip.vision.projector.scale_factor")
+        .and_then(|v| v.as_u64())
+        .map(|s| s as usize);
+    let mut top = HfConfig {
+        model_type: Some(kind.model_type.into()),
         image_token_id: u32::try_from(image_token_id).ok(),
         ..HfConfig::default()
     };
+    match kind.name {
+        // Gemma 3's factor is the pooling window (4 where the key is absent, as llama.cpp reads it).
+        "gemma3" => {
+            let window = scale_factor.unwrap_or(4);
+            let side = fields.image_size / fields.patch_size.max(1);
+            if window == 0 || !side.is_multiple_of(window) {
+                return Err(meta(
+                    "clip.vision.projector.scale_factor",
+                    format!("{window} does not divide the {side} patches of a side"),
+                ));
+            }
+            top.mm_tokens_per_image = Some((side / window) * (side / window));
+        }
+        _ => top.scale_factor = scale_factor,
+    }
     VisionConfig::resolve(&fields, &top, text).map_err(|e| match e {
         ConfigError::Invalid { field, reason } => meta(&format!("clip ({field})"), reason),
         e => LoadError::Config(e),
@@ -135,13 +199,43 @@ const LAYER: [(&str, &str); 8] = [
     ("mlp.fc2", "ffn_down"),
 ];
 
-/// The projector's tensors: (Hugging Face name under the projector's prefix, mmproj name).
-const PROJECTOR: [(&str, &str); 1] = [("modality_projection.proj.weight", "mm.model.fc.weight")];
+/// How an mmproj's tensors are named: the checkpoint layout they are read under, and the projector's.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Names {
+    pub layout: Layout,
+    projector: &'static [(&'static str, &'static str)],
+    /// The converter's changes to undo.
+    pub fixups: Fixups,
+    /// The mmproj tensors to place dense (a file streamed in pieces places each as it arrives).
+    pub dense: &'static [&'static str],
+}
 
-/// The mmproj name of the Hugging Face tensor `hf` under `layout` (llama.cpp's `v.*` / `mm.*`).
-fn mmproj_name(hf: &str, layout: &Layout) -> Option<String> {
+/// The names of `v`'s mmproj tensors: the vision tensors under the family's first layout, the language
+/// model's under its own names.
+pub(crate) fn names(v: &VisionConfig) -> Result<Names, LoadError> {
+    let family = v.projector.family()?;
+    let kind = kind_of(v);
+    Ok(Names {
+        layout: Layout {
+            text: "model.",
+            lm_head: "lm_head.weight",
+            ..family.layouts()[0]
+        },
+        projector: kind.projector,
+        fixups: Fixups {
+            permuted: None,
+            norm_shift: kind.norm_shift,
+        },
+        dense: kind.dense,
+    })
+}
+
+/// The mmproj name of the Hugging Face tensor `hf` (llama.cpp's `v.*` / `mm.*`).
+fn mmproj_name(hf: &str, names: &Names) -> Option<String> {
+    let layout = &names.layout;
     if let Some(rest) = hf.strip_prefix(layout.projector) {
-        return PROJECTOR
+        return names
+            .projector
             .iter()
             .find(|(h, _)| *h == rest)
             .map(|(_, g)| (*g).into());
@@ -157,9 +251,10 @@ fn mmproj_name(hf: &str, layout: &Layout) -> Option<String> {
     Some(format!("v.blk.{i}.{ggml}.{kind}"))
 }
 
-/// The Hugging Face name under `layout` of the mmproj tensor `g` (the inverse of [`mmproj_name`]).
-pub(crate) fn hf_name(g: &str, layout: &Layout) -> Option<String> {
-    if let Some((h, _)) = PROJECTOR.iter().find(|(_, m)| *m == g) {
+/// The Hugging Face name of the mmproj tensor `g` (the inverse of [`mmproj_name`]).
+pub(crate) fn hf_name(g: &str, names: &Names) -> Option<String> {
+    let layout = &names.layout;
+    if let Some((h, _)) = names.projector.iter().find(|(_, m)| *m == g) {
         return Some(format!("{}{h}", layout.projector));
     }
     if let Some((h, _)) = TOWER.iter().find(|(_, m)| *m == g) {
@@ -171,17 +266,6 @@ pub(crate) fn hf_name(g: &str, layout: &Layout) -> Option<String> {
     let (module, kind) = part.rsplit_once('.')?;
     let (h, _) = LAYER.iter().find(|(_, m)| *m == module)?;
     Some(format!("{}.encoder.layers.{i}.{h}.{kind}", layout.tower))
-}
-
-/// The layout an mmproj's tensors are read under: the family's first, with the language model's
-/// tensors under their own names.
-pub(crate) fn layout(v: &VisionConfig) -> Result<Layout, LoadError> {
-    let family = v.projector.family()?;
-    Ok(Layout {
-        text: "model.",
-        lm_head: "lm_head.weight",
-        ..family.layouts()[0]
-    })
 }
 
 /// How the mmproj says images are prepared: its family's processor with the file's
@@ -233,24 +317,18 @@ pub fn image_processor(g: &Gguf<'_>, v: &VisionConfig) -> Result<ImageProcessor,
     Ok(processor)
 }
 
-/// The converter changes no vision tensor.
-pub(crate) const UNCHANGED: Fixups = Fixups {
-    permuted: None,
-    norm_shift: 0.0,
-};
-
-/// An mmproj's tensors under the Hugging Face names of `layout`.
+/// An mmproj's tensors under their Hugging Face names.
 pub struct MmprojWeights<'g, 'a> {
     file: &'g Gguf<'a>,
-    layout: Layout,
+    names: Names,
     taken: BTreeSet<String>,
 }
 
 impl<'g, 'a> MmprojWeights<'g, 'a> {
-    pub(crate) fn new(file: &'g Gguf<'a>, layout: Layout) -> Self {
+    pub(crate) fn new(file: &'g Gguf<'a>, names: Names) -> Self {
         Self {
             file,
-            layout,
+            names,
             taken: BTreeSet::new(),
         }
     }
@@ -258,11 +336,11 @@ impl<'g, 'a> MmprojWeights<'g, 'a> {
 
 impl Weights for MmprojWeights<'_, '_> {
     fn contains(&self, name: &str) -> bool {
-        mmproj_name(name, &self.layout).is_some_and(|g| self.file.tensor(&g).is_some())
+        mmproj_name(name, &self.names).is_some_and(|g| self.file.tensor(&g).is_some())
     }
 
     fn take(&mut self, name: &str, expected: &[usize]) -> Result<RawTensor<'_>, LoadError> {
-        let g = mmproj_name(name, &self.layout).ok_or_else(|| LoadError::Missing(name.into()))?;
+        let g = mmproj_name(name, &self.names).ok_or_else(|| LoadError::Missing(name.into()))?;
         let info = self
             .file
             .tensor(&g)
@@ -274,7 +352,7 @@ impl Weights for MmprojWeights<'_, '_> {
                 actual: info.shape(),
             });
         }
-        let raw = prepare(name, &g, info, self.file.data(info), UNCHANGED)?;
+        let raw = prepare(name, &g, info, self.file.data(info), self.names.fixups)?;
         self.taken.insert(g);
         Ok(raw)
     }
@@ -301,7 +379,7 @@ impl Weights for Pair<'_, '_, '_> {
     }
 
     fn take(&mut self, name: &str, expected: &[usize]) -> Result<RawTensor<'_>, LoadError> {
-        match mmproj_name(name, &self.vision.layout) {
+        match mmproj_name(name, &self.vision.names) {
             Some(_) => self.vision.take(name, expected),
             None => self.lm.take(name, expected),
         }
@@ -322,15 +400,14 @@ pub fn load(lm: &Gguf<'_>, mmproj: &Gguf<'_>, device: &Device) -> Result<(Decode
     let mut text = config(lm)?;
     let vocab = lm.strings("tokenizer.ggml.tokens")?.unwrap_or_default();
     let v = vision_config(mmproj, &text, &vocab)?;
-    // The vision tensors under the family's first layout; the language model's under its own names.
-    let layout = layout(&v)?;
+    let names = names(&v)?;
     text.vision = Some(v);
     let mut lm_weights = GgufWeights::new(lm, &text)?;
     let mut both = Pair {
-        vision: MmprojWeights::new(mmproj, layout),
+        vision: MmprojWeights::new(mmproj, names),
         lm: &mut lm_weights,
     };
-    assemble_in(text, &mut Placing::new(&mut both, device), device, layout)
+    assemble_in(text, &mut Placing::new(&mut both, device), device, names.layout)
 }
 
 #[cfg(test)]
@@ -339,13 +416,21 @@ mod tests {
 
     #[test]
     fn tower_and_projector_names_map_to_llama_cpp() {
-        let layout = Layout {
-            tower: "model.vision_model",
-            text: "model.",
-            lm_head: "lm_head.weight",
-            projector: "model.connector.",
+        let names = Names {
+            layout: Layout {
+                tower: "model.vision_model",
+                text: "model.",
+                lm_head: "lm_head.weight",
+                projector: "model.connector.",
+            },
+            projector: KINDS[0].projector,
+            fixups: Fixups {
+                permuted: None,
+                norm_shift: 0.0,
+            },
+            dense: &[],
         };
-        let name = |hf: &str| mmproj_name(hf, &layout);
+        let name = |hf: &str| mmproj_name(hf, &names);
         let cases = [
             (
                 "model.vision_model.embeddings.patch_embedding.weight",
@@ -375,6 +460,15 @@ mod tests {
         ];
         for (hf, g) in cases {
             assert_eq!(name(hf).as_deref(), Some(g), "{hf}");
+            assert_eq!(hf_name(g, &names).as_deref(), Some(hf), "{g}");
+        }
+        for other in [
+            "v.blk.x.attn_q.weight",
+            "v.blk.0.attn_qq.weight",
+            "mm.other.weight",
+            "blk.0.attn_q.weight",
+        ] {
+            assert_eq!(hf_name(other, &names), None, "{other}");
         }
         for other in [
             "model.layers.0.self_attn.q_proj.weight",
