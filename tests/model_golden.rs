@@ -331,10 +331,10 @@ fn bad_chunks_are_refused() {
     assert!(matches!(e, ForwardError::Token { .. }), "{e}");
 }
 
-/// The vision parts of SmolVLM (SigLIP tower, pixel shuffle, projection) and Gemma 3 (SigLIP tower,
-/// pooling, soft-embedding norm, projection; bidirectional image rows) and their language models with the
-/// image's rows in the prompt against transformers, on the CPU backend and on native wgpu
-/// (`golden::vision`).
+/// The vision parts of SmolVLM (SigLIP tower, pixel shuffle, projection), Gemma 3 (SigLIP tower,
+/// pooling, soft-embedding norm, projection; bidirectional image rows) and LLaVA (CLIP tower read at its
+/// second to last layer, two-layer MLP) and their language models with the image's rows in the prompt
+/// against transformers, on the CPU backend and on native wgpu (`golden::vision`).
 #[test]
 fn vision_parts_match_transformers_on_flex_and_wgpu() {
     let gpu = pollster::block_on(kiln::engine::runtime::device::gpu()).expect("a wgpu adapter");
@@ -350,16 +350,19 @@ fn vision_parts_match_transformers_on_flex_and_wgpu() {
     }
 }
 
-/// SmolVLM from llama.cpp's two files (the language model's GGUF and an idefics3 mmproj) gives the same
-/// features, logits and greedy tokens as transformers, on the CPU backend and on native wgpu.
+/// SmolVLM and LLaVA from llama.cpp's two files (the language model's GGUF and an idefics3 / mlp
+/// mmproj) give the same features, logits and greedy tokens as transformers, on the CPU backend and on
+/// native wgpu.
 #[test]
-fn smolvlm_from_gguf_and_mmproj_matches_transformers() {
+fn vlms_from_gguf_and_mmproj_match_transformers() {
     let gpu = pollster::block_on(kiln::engine::runtime::device::gpu()).expect("a wgpu adapter");
-    for (on, device) in [("flex", Device::flex()), ("wgpu", gpu.device.clone())] {
-        let [patches, hidden, features, logits] =
-            pollster::block_on(golden::vision::gguf_pair_matches_transformers(&device));
-        eprintln!(
-            "smolvlm GGUF + mmproj on {on}: patches {patches:e}, encoder {hidden:e}, features {features:e}, logits {logits:e}"
-        );
+    for (i, (name, ..)) in golden::vision::GGUF_PAIRS.iter().enumerate() {
+        for (on, device) in [("flex", Device::flex()), ("wgpu", gpu.device.clone())] {
+            let [patches, hidden, features, logits] =
+                pollster::block_on(golden::vision::gguf_pair_matches_transformers(i, &device));
+            eprintln!(
+                "{name} GGUF + mmproj on {on}: patches {patches:e}, encoder {hidden:e}, features {features:e}, logits {logits:e}"
+            );
+        }
     }
 }

@@ -2,12 +2,14 @@
 //! `tests/fixtures/golden/smolvlm/` with its tokenizer, chat template and a scaled-down image processor
 //! (`make_golden_smolvlm_chat.py`: transformers' `Idefics3Processor` with its PIL backend, then
 //! `generate`), and the tiny random Gemma 3 of `golden/gemma3_vision/` (`make_golden_gemma3_chat.py`:
-//! `Gemma3Processor`, its soft tokens bidirectional by `token_type_ids`). An OpenAI request carries a PNG as a `data:` URL; decoded here as a browser would (RGBA),
+//! `Gemma3Processor`, its soft tokens bidirectional by `token_type_ids`), and the tiny random LLaVA of
+//! `golden/llava/` (`make_golden_llava.py`: `LlavaProcessor`, CLIP's shortest-edge resize and centre
+//! crop, also for five odd images). An OpenAI request carries a PNG as a `data:` URL; decoded here as a browser would (RGBA),
 //! it is preprocessed into transformers' tiles (every pixel value), the prompt expands to transformers'
 //! ids (tile markers and image-token runs), and greedy generation gives transformers' completion; with
 //! `detail: "low"` the single global image. A later turn that repeats the image reuses its KV state.
-//! The same models as llama.cpp's two files (`tiny-smolvlm.gguf`, `tiny-gemma3-vision.gguf` and their
-//! mmproj files, streamed in pieces) answer the same.
+//! The same models as llama.cpp's two files (`tiny-smolvlm.gguf`, `tiny-gemma3-vision.gguf`,
+//! `tiny-llava.gguf` and their mmproj files, streamed in pieces) answer the same.
 
 #![cfg(not(target_arch = "wasm32"))]
 
@@ -18,28 +20,42 @@ use kiln::engine::protocol::plan;
 use kiln::engine::runtime::load::GgufLoader;
 use kiln::engine::{HfFiles, Image, LoadedModel};
 use kiln::loader::GgmlType;
+use kiln::model::vision::Projector;
+use kiln::model::vision::preprocess::{ImageProcessor, Normalize};
 use kiln::tokenizer::HfTokenizerFiles;
 use pollster::block_on;
 use serde_json::{Value, json};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
-/// A fixture model: its directory under `golden/` and its GGUF pair's name under `gguf/`.
+/// A fixture model: its directory under `golden/`, its GGUF pair's name under `gguf/`, and its
+/// processor's normalisation.
 #[derive(Clone, Copy)]
 struct Fixture {
     dir: &'static str,
     gguf: &'static str,
+    normalize: Normalize,
 }
 
 const SMOLVLM: Fixture = Fixture {
     dir: "smolvlm",
     gguf: "tiny-smolvlm",
+    normalize: Normalize::STANDARD,
 };
 
 const GEMMA3: Fixture = Fixture {
     dir: "gemma3_vision",
     gguf: "tiny-gemma3-vision",
+    normalize: Normalize::STANDARD,
 };
+
+const LLAVA: Fixture = Fixture {
+    dir: "llava",
+    gguf: "tiny-llava",
+    normalize: Normalize::CLIP,
+};
+
+const ALL: [Fixture; 3] = [SMOLVLM, GEMMA3, LLAVA];
 
 impl Fixture {
     fn read(&self, name: &str) -> Vec<u8> {
@@ -110,29 +126,51 @@ fn images(request: &Value) -> Vec<Image> {
                 continue;
             };
             let b64 = url.split_once("base64,").expect("a base64 data URL").1;
-            let png = base64::engine::general_purpose::STANDARD
-                .decode(b64)
-                .expect("base64");
-            let mut reader = png::Decoder::new(std::io::Cursor::new(png))
-                .read_info()
-                .expect("a PNG");
-            let mut buf = vec![0; reader.output_buffer_size().expect("size")];
-            let info = reader.next_frame(&mut buf).expect("a frame");
-            let (w, h) = (info.width as usize, info.height as usize);
-            let px = &buf[..info.buffer_size()];
-            let rgba = match info.color_type {
-                png::ColorType::Rgba => px.to_vec(),
-                png::ColorType::Rgb => px.chunks(3).flat_map(|c| [c[0], c[1], c[2], 255]).collect(),
-                other => panic!("the fixture's PNG is {other:?}"),
-            };
-            out.push(Image {
-                width: w,
-                height: h,
-                rgba,
-            });
+            out.push(decode_png(
+                &base64::engine::general_purpose::STANDARD
+                    .decode(b64)
+                    .expect("base64"),
+            ));
         }
     }
     out
+}
+
+/// An 8-bit PNG as a browser decodes it: RGBA, grey replicated, opaque where it has no alpha.
+fn decode_png(png: &[u8]) -> Image {
+    let mut reader = png::Decoder::new(std::io::Cursor::new(png))
+        .read_info()
+        .expect("a PNG");
+    let mut buf = vec![0; reader.output_buffer_size().expect("size")];
+    let info = reader.next_frame(&mut buf).expect("a frame");
+    let (w, h) = (info.width as usize, info.height as usize);
+    let px = &buf[..info.buffer_size()];
+    let rgba = match info.color_type {
+        png::ColorType::Rgba => px.to_vec(),
+        png::ColorType::Rgb => px.chunks(3).flat_map(|c| [c[0], c[1], c[2], 255]).collect(),
+        png::ColorType::Grayscale => px.iter().flat_map(|&g| [g, g, g, 255]).collect(),
+        png::ColorType::GrayscaleAlpha => px.chunks(2).flat_map(|c| [c[0], c[0], c[0], c[1]]).collect(),
+        other => panic!("the fixture's PNG is {other:?}"),
+    };
+    Image {
+        width: w,
+        height: h,
+        rgba,
+    }
+}
+
+/// The 8-bit level a pixel value of channel `c` was made from under `n`.
+fn level(n: &Normalize, c: usize, v: f32) -> u8 {
+    ((v * n.std[c] + n.mean[c]) * 255.0).round() as u8
+}
+
+/// The tile's 8-bit levels, channel-major, under `n`.
+fn levels(n: &Normalize, tile: &[f32]) -> Vec<u8> {
+    let plane = tile.len() / 3;
+    tile.iter()
+        .enumerate()
+        .map(|(i, &v)| level(n, i / plane, v))
+        .collect()
 }
 
 /// The tiles' 8-bit values before rescaling and normalising, as the fixture stores them.
@@ -152,7 +190,7 @@ fn ids(v: &Value) -> Vec<u32> {
 }
 
 /// One case of the fixture (`""` or `"_low"`): the plan's ids and tiles, and the completion.
-fn check_case(m: &LoadedModel, golden: &Value, case: &str) {
+fn check_case(f: Fixture, m: &LoadedModel, golden: &Value, case: &str) {
     let request = &golden[format!("request{case}")];
     let imgs = images(request);
     let req = chat_request(request.clone(), &m.spec()).expect("valid");
@@ -166,12 +204,13 @@ fn check_case(m: &LoadedModel, golden: &Value, case: &str) {
         panic!("{case}: one image");
     };
     let want = tile_bytes(&golden[format!("pixel_values_u8{case}")]);
-    // Both fixtures' processors normalise with mean and std 0.5.
+    let n = &f.normalize;
+    let side = image.pixels.side;
     let got: Vec<u8> = image
         .pixels
         .pixels()
-        .iter()
-        .map(|&v| ((v * 0.5 + 0.5) * 255.0).round() as u8)
+        .chunks(3 * side * side)
+        .flat_map(|t| levels(n, t))
         .collect();
     assert_eq!(got, want, "{case}: the tiles' pixel values");
     assert_eq!(
@@ -211,13 +250,13 @@ fn cases(f: Fixture) -> &'static [&'static str] {
 #[test]
 fn an_image_chat_matches_transformers_on_flex_and_wgpu() {
     let gpu = block_on(kiln::engine::runtime::device::gpu()).expect("a wgpu adapter");
-    for f in [SMOLVLM, GEMMA3] {
+    for f in ALL {
         let golden = f.golden();
         for device in [Device::flex(), gpu.device.clone()] {
             let m = load_quantized(f, &device, None);
             assert!(m.spec().images && m.vision().is_some());
             for case in cases(f) {
-                check_case(&m, &golden, case);
+                check_case(f, &m, &golden, case);
             }
         }
     }
@@ -226,15 +265,58 @@ fn an_image_chat_matches_transformers_on_flex_and_wgpu() {
 #[test]
 fn the_gguf_pair_streamed_matches_transformers() {
     let gpu = block_on(kiln::engine::runtime::device::gpu()).expect("a wgpu adapter");
-    for f in [SMOLVLM, GEMMA3] {
+    for f in ALL {
         let golden = f.golden();
         for device in [Device::flex(), gpu.device.clone()] {
             let m = load_gguf_pair(f, &device);
             assert!(m.spec().images && m.vision().is_some());
             for case in cases(f) {
-                check_case(&m, &golden, case);
+                check_case(f, &m, &golden, case);
             }
         }
+    }
+}
+
+/// LLaVA's processor (CLIP's: the shortest edge to 32 with BICUBIC, the centre 32², RGBA onto white,
+/// grey replicated) gives transformers' pixel values for five odd images (`golden.json`'s `preprocess`),
+/// every 8-bit level equal.
+#[test]
+fn llava_preprocessing_matches_transformers() {
+    let golden: Value = serde_json::from_slice(&LLAVA.read("golden.json")).expect("golden.json");
+    let config: Value = serde_json::from_slice(&LLAVA.read("config.json")).expect("config.json");
+    let text = kiln::model::ModelConfig::from_json(&LLAVA.read("config.json")).expect("config");
+    let v = text.vision.expect("a vision part");
+    assert!(
+        matches!(
+            v.projector,
+            Projector::Mlp {
+                layer: 2,
+                keep_class: false,
+                bias: true
+            }
+        ),
+        "{config}"
+    );
+    let processor =
+        ImageProcessor::from_json(&LLAVA.read("preprocessor_config.json"), v.projector).expect("parses");
+    let cases = golden["preprocess"].as_array().expect("cases");
+    assert_eq!(cases.len(), 5);
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(case["png_base64"].as_str().unwrap())
+            .expect("base64");
+        let image = decode_png(&png);
+        let p = processor.preprocess(image.width, image.height, &image.rgba, false);
+        assert_eq!((p.tiles.len(), p.side), (1, 32), "{name}");
+        let want = base64::engine::general_purpose::STANDARD
+            .decode(case["pixel_values_u8"].as_str().expect("base64"))
+            .expect("base64");
+        assert_eq!(
+            levels(&Normalize::CLIP, &p.tiles[0]),
+            want,
+            "{name}: every 8-bit level"
+        );
     }
 }
 

@@ -127,6 +127,18 @@ pub(crate) struct HfConfig {
     /// Idefics3 / SmolVLM: the pixel shuffle's factor (patches per side merged into one token).
     #[serde(default)]
     pub(crate) scale_factor: Option<usize>,
+    /// LLaVA: the encoder's hidden state the projector reads (`-2`: the second to last).
+    #[serde(default)]
+    pub(crate) vision_feature_layer: Option<serde_json::Value>,
+    /// LLaVA: `default` (the class token's row dropped) or `full`.
+    #[serde(default)]
+    pub(crate) vision_feature_select_strategy: Option<String>,
+    /// LLaVA: the activation between the projector's two linear maps.
+    #[serde(default)]
+    pub(crate) projector_hidden_act: Option<String>,
+    /// LLaVA: whether the projector's linear maps have biases.
+    #[serde(default)]
+    pub(crate) multimodal_projector_bias: Option<bool>,
     /// Not a `config.json` field: a GGUF file of a fused-qkv family that stores q, k and v apart.
     #[serde(skip)]
     pub(crate) split_qkv: Option<bool>,

@@ -5,9 +5,14 @@
 //! - Gemma 3, `Gemma3ForConditionalGeneration` (`tests/fixtures/golden/gemma3_vision/`, made by
 //!   `make_golden_gemma3_vision.py`): a SigLIP tower over a 64² image of 8² patches, pooled 2 × 2 to 16
 //!   rows that attend bidirectionally (`token_type_ids`) across a sliding layer of window 8, a 2-layer
-//!   Gemma 3 with tied embeddings.
+//!   Gemma 3 with tied embeddings;
+//! - LLaVA, `LlavaForConditionalGeneration` (`tests/fixtures/golden/llava/`, made by
+//!   `make_golden_llava.py`): a CLIP tower of 3 layers (class token, `pre_layrnorm`, quick GELU) over a
+//!   32² image of 8² patches, read after its second layer without the class token's row, a two-layer
+//!   MLP projector (16 rows, causal), a 2-layer Llama.
 //!
-//! Checked: the patch embeddings, the encoder's last hidden state and the projector's rows within
+//! Checked: the patch embeddings, the encoder's features (its last hidden state; LLaVA's selected
+//! hidden state) and the projector's rows within
 //! [`FEATURE_TOLERANCE`]; the logits of a prompt whose image tokens are those rows within the golden
 //! tolerance; and the greedy continuation. Shared by the native tests (`model_golden.rs`) and the
 //! browser's (`browser.rs`).
@@ -43,8 +48,12 @@ macro_rules! vision_fixture {
     };
 }
 
-pub fn fixtures() -> [VisionFixture; 2] {
-    [vision_fixture!("smolvlm"), vision_fixture!("gemma3_vision")]
+pub fn fixtures() -> [VisionFixture; 3] {
+    [
+        vision_fixture!("smolvlm"),
+        vision_fixture!("gemma3_vision"),
+        vision_fixture!("llava"),
+    ]
 }
 
 #[derive(Deserialize)]
@@ -54,6 +63,9 @@ pub struct VisionGolden {
     /// `[n][D]` each.
     pub patch_embeddings: Vec<Vec<f32>>,
     pub vision_hidden: Vec<Vec<f32>>,
+    /// LLaVA: the hidden state its projector reads (`vision_hidden` less the class token's row).
+    #[serde(default)]
+    pub selected_features: Option<Vec<Vec<f32>>>,
     /// `[T][h]`.
     pub image_features: Vec<Vec<f32>>,
     pub prompt_ids: Vec<u32>,
@@ -86,13 +98,39 @@ pub async fn matches_transformers(f: &VisionFixture, device: &Device) -> [f32; 4
 /// SmolVLM's fixture as llama.cpp's converter writes it (`tests/fixtures/make_gguf_smolvlm.py`: the
 /// language model's GGUF and an idefics3 mmproj, f32), loaded from the two files: every check of
 /// [`matches_transformers`] against the same golden values.
-pub async fn gguf_pair_matches_transformers(device: &Device) -> [f32; 4] {
-    let lm = Gguf::parse(include_bytes!("../fixtures/gguf/tiny-smolvlm.gguf")).expect("the LM GGUF");
-    let mmproj =
-        Gguf::parse(include_bytes!("../fixtures/gguf/tiny-smolvlm-mmproj.gguf")).expect("the mmproj");
+/// SmolVLM's and LLaVA's llama.cpp files (the language model's GGUF and the mmproj), as
+/// `(name, LM, mmproj, fixture index)`.
+pub const GGUF_PAIRS: [(&str, &[u8], &[u8], usize); 2] = [
+    (
+        "smolvlm",
+        include_bytes!("../fixtures/gguf/tiny-smolvlm.gguf"),
+        include_bytes!("../fixtures/gguf/tiny-smolvlm-mmproj.gguf"),
+        0,
+    ),
+    (
+        "llava",
+        include_bytes!("../fixtures/gguf/tiny-llava.gguf"),
+        include_bytes!("../fixtures/gguf/tiny-llava-mmproj.gguf"),
+        2,
+    ),
+];
+
+/// Pair `i` of [`GGUF_PAIRS`] against its fixture's golden (llama.cpp's converter stores the same values,
+/// LLaVA's three f16 tensors included: the fixture's weights are f16-exact there).
+pub async fn gguf_pair_matches_transformers(i: usize, device: &Device) -> [f32; 4] {
+    let (name, lm, mmproj, fixture) = GGUF_PAIRS[i];
+    let lm = Gguf::parse(lm).expect("the LM GGUF");
+    let mmproj = Gguf::parse(mmproj).expect("the mmproj");
     let (decoder, vision) = kiln::model::vision::gguf::load(&lm, &mmproj, device).expect("loads");
-    let golden = serde_json::from_str(fixtures()[0].golden).expect("golden.json");
-    check("smolvlm (GGUF + mmproj)", &decoder, &vision, &golden, device).await
+    let golden = serde_json::from_str(fixtures()[fixture].golden).expect("golden.json");
+    check(
+        &format!("{name} (GGUF + mmproj)"),
+        &decoder,
+        &vision,
+        &golden,
+        device,
+    )
+    .await
 }
 
 /// The checks of the module docs of one loaded model against `golden`.
@@ -125,9 +163,9 @@ async fn check(
         "patch embeddings",
     );
     let hidden = diff(
-        read(vision.encoder().forward(pixels.clone())).await,
-        &golden.vision_hidden,
-        "the encoder's last hidden state",
+        read(vision.features(pixels.clone())).await,
+        golden.selected_features.as_ref().unwrap_or(&golden.vision_hidden),
+        "the encoder's features",
     );
     let rows = vision.encode(pixels).expect("encodes");
     let features = diff(read(rows.clone()).await, &golden.image_features, "image features");

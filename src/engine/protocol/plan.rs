@@ -257,8 +257,12 @@ pub fn chat(format: &ModelFormat<'_>, req: ValidChat, images: &[Image]) -> Resul
         // Placeholders and image tokens typed in a message's text are refused as transformers refuses them.
         let pixels = super::images::preprocess(f, &req.messages, images)?;
         text = super::images::expand(&text, f, &pixels)?;
-        if !pixels.is_empty() {
-            ids = tok.encode(&text, false).map_err(invalid)?;
+        // As a processor's `apply_chat_template` tokenises: with the tokenizer's special tokens (LLaVA's
+        // BOS) unless the template wrote the BOS itself.
+        let bos = &tok.bos_token;
+        let special = bos.is_empty() || !text.starts_with(bos.as_str());
+        if !pixels.is_empty() || special {
+            ids = tok.encode(&text, special).map_err(invalid)?;
         }
         planned = super::images::place(&ids, f, pixels)?;
     }

@@ -395,7 +395,7 @@ fn stage_vision(
         .unwrap_or_default();
     let config = mmproj::vision_config(g, text, &vocab)?;
     let processor = mmproj::image_processor(g, &config)?;
-    let names = mmproj::names(&config)?;
+    let names = mmproj::names(&config, g)?;
     let hf = g
         .tensors
         .iter()

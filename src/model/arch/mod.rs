@@ -13,12 +13,15 @@
 //! | [`gemma`]     | Gemma 2, Gemma 3                       | four norms, GELU-tanh, local/global     |
 //!
 //! A vision-language family adds its vision part (`model::vision::VisionFamily`) to the family of its
-//! language model: [`idefics3`] (SmolVLM: SigLIP, pixel shuffle, a Llama LM).
+//! language model: [`idefics3`] (SmolVLM: SigLIP, pixel shuffle, a Llama LM), [`gemma`]'s
+//! `Gemma3Vision` (SigLIP, average pooling, soft-embedding norm) and [`llava`] (CLIP, an inner hidden
+//! state, a two-layer MLP).
 
 mod family;
 pub mod gemma;
 pub mod idefics3;
 pub mod llama;
+pub mod llava;
 pub mod phi3;
 pub mod smollm3;
 

@@ -41,6 +41,23 @@ pub enum Projector {
     /// Gemma 3: the patch grid average-pooled to `tokens_per_image` tokens (a square), an RMSNorm of
     /// each (the soft-embedding norm), then one linear map to the LM's hidden size.
     AvgPool { tokens_per_image: usize },
+    /// LLaVA (llama.cpp's `mlp`): the encoder's hidden state after `layer` layers (0: the embeddings),
+    /// without its class token's row unless `keep_class`, then two linear maps (with biases where
+    /// `bias`) with the erf GELU between them.
+    Mlp {
+        layer: usize,
+        keep_class: bool,
+        bias: bool,
+    },
+}
+
+/// The encoder MLP's activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VisionAct {
+    /// SigLIP's `gelu_pytorch_tanh`.
+    GeluTanh,
+    /// CLIP's `quick_gelu`: `x · σ(1.702 x)`.
+    QuickGelu,
 }
 
 /// A multimodal model's vision encoder and projector as its config describes them: the family's vision
@@ -59,6 +76,10 @@ pub struct VisionConfig {
     /// The side of a square patch; it divides `image_size`.
     pub patch_size: usize,
     pub layer_norm_eps: f64,
+    pub act: VisionAct,
+    /// CLIP's embeddings: a class token before the patches (with its own position), a LayerNorm before
+    /// the layers (`pre_layrnorm`), and a patch embedding without bias. SigLIP has none of these.
+    pub clip: bool,
     pub projector: Projector,
     /// The placeholder token the image's embedding rows stand over in a prompt.
     pub image_token_id: u32,
@@ -85,16 +106,17 @@ impl VisionConfig {
                 format!("{patch_size} does not divide image_size = {image_size}"),
             ));
         }
-        // SigLIP's activation; CLIP's `quick_gelu` and others are not implemented.
-        match v.hidden_act.as_deref() {
-            None | Some("gelu_pytorch_tanh" | "gelu_tanh") => {}
+        let act = match v.hidden_act.as_deref() {
+            None | Some("gelu_pytorch_tanh" | "gelu_tanh") => VisionAct::GeluTanh,
+            Some("quick_gelu") => VisionAct::QuickGelu,
             Some(other) => {
                 return Err(invalid(
                     "vision_config.hidden_act",
-                    format!("{other:?}: kiln's vision encoder implements gelu_pytorch_tanh"),
+                    format!("{other:?}: kiln's vision encoder implements gelu_pytorch_tanh and quick_gelu"),
                 ));
             }
-        }
+        };
+        let num_layers = positive("vision_config.num_hidden_layers", v.num_hidden_layers)?;
         let kind = top
             .model_type
             .as_deref()
@@ -131,11 +153,13 @@ impl VisionConfig {
                     262_144,
                 )
             }
+            "llava" | "LlavaForConditionalGeneration" => (mlp(top, num_layers)?, 32_000),
             other => {
                 return Err(invalid(
                     "model_type",
                     format!(
-                        "{other:?}: kiln's vision part knows the idefics3 / smolvlm (SmolVLM) and gemma3 projectors"
+                        "{other:?}: kiln's vision part knows the idefics3 / smolvlm (SmolVLM), gemma3 and llava \
+                         projectors"
                     ),
                 ));
             }
@@ -154,12 +178,14 @@ impl VisionConfig {
             model_type: v.model_type.clone(),
             hidden_size,
             intermediate_size: positive("vision_config.intermediate_size", v.intermediate_size)?,
-            num_layers: positive("vision_config.num_hidden_layers", v.num_hidden_layers)?,
+            num_layers,
             num_heads,
             num_channels: positive("vision_config.num_channels", v.num_channels.unwrap_or(3))?,
             image_size,
             patch_size,
             layer_norm_eps: v.layer_norm_eps.unwrap_or(1e-6),
+            act,
+            clip: v.model_type.as_deref() == Some("clip_vision_model"),
             projector,
             image_token_id,
         })
@@ -176,6 +202,56 @@ impl VisionConfig {
         match self.projector {
             Projector::PixelShuffle { scale_factor } => (side / scale_factor).pow(2),
             Projector::AvgPool { tokens_per_image } => tokens_per_image,
+            Projector::Mlp { keep_class, .. } => side * side + usize::from(keep_class && self.clip),
         }
     }
+}
+
+/// LLaVA's projector from the top level's fields, for an encoder of `layers` layers.
+fn mlp(top: &HfConfig, layers: usize) -> Result<Projector, ConfigError> {
+    let layer = match &top.vision_feature_layer {
+        None => -2,
+        Some(serde_json::Value::Number(n)) => n
+            .as_i64()
+            .ok_or_else(|| invalid("vision_feature_layer", format!("{n} is not a whole number")))?,
+        Some(other) => {
+            return Err(invalid(
+                "vision_feature_layer",
+                format!("{other}: kiln takes one layer (LLaVA-NeXT's lists of layers are not implemented)"),
+            ));
+        }
+    };
+    // `hidden_states` has the embeddings and each layer's output: `layers + 1` entries.
+    let states = layers as i64 + 1;
+    let index = if layer < 0 { states + layer } else { layer };
+    if !(0..states).contains(&index) {
+        return Err(invalid(
+            "vision_feature_layer",
+            format!("{layer} is not one of the encoder's {states} hidden states"),
+        ));
+    }
+    let keep_class = match top.vision_feature_select_strategy.as_deref() {
+        None | Some("default") => false,
+        Some("full") => true,
+        Some(other) => {
+            return Err(invalid(
+                "vision_feature_select_strategy",
+                format!("{other:?}: \"default\" or \"full\""),
+            ));
+        }
+    };
+    match top.projector_hidden_act.as_deref() {
+        None | Some("gelu") => {}
+        Some(other) => {
+            return Err(invalid(
+                "projector_hidden_act",
+                format!("{other:?}: kiln's LLaVA projector implements gelu"),
+            ));
+        }
+    }
+    Ok(Projector::Mlp {
+        layer: index as usize,
+        keep_class,
+        bias: top.multimodal_projector_bias.unwrap_or(true),
+    })
 }

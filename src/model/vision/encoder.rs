@@ -1,15 +1,18 @@
-//! The ViT encoder of SigLIP-style vision towers (SmolVLM's, Gemma 3's): a patch embedding (the
-//! convolution of stride `p` as a matrix over flattened patches) plus a learned position embedding,
-//! pre-norm layers of non-causal multi-head attention and a GELU-tanh MLP (every projection with a bias),
-//! and a final LayerNorm. Tensor names are transformers' under the tower's prefix
-//! (`{prefix}.embeddings.patch_embedding`, `{prefix}.encoder.layers.{i}.self_attn.q_proj`, …).
+//! The ViT encoder of SigLIP- and CLIP-style vision towers (SmolVLM's, Gemma 3's; LLaVA's): a patch
+//! embedding (the convolution of stride `p` as a matrix over flattened patches) plus a learned position
+//! embedding, pre-norm layers of non-causal multi-head attention and an MLP (GELU-tanh for SigLIP,
+//! quick GELU for CLIP; every projection with a bias), and a final LayerNorm. CLIP adds a class token
+//! before the patches and a LayerNorm before the layers, and its patch embedding has no bias. Tensor
+//! names are transformers' under the tower's prefix (`{prefix}.embeddings.patch_embedding`,
+//! `{prefix}.encoder.layers.{i}.self_attn.q_proj`, …).
 //!
 //! Shapes: `b` images, `C` channels, `S` the image side, `p` the patch side, `g = S / p` patches per side,
-//! `n = g²` patches, `D` hidden size, `H` heads of `d = D / H`.
+//! `n = g²` patches, `t` rows (`n`, or `n + 1` with CLIP's class token first), `D` hidden size, `H` heads
+//! of `d = D / H`.
 
 use burn::tensor::{Device, Tensor};
 
-use super::config::VisionConfig;
+use super::config::{Projector, VisionAct, VisionConfig};
 use crate::kernels;
 use crate::kernels::mask::Mask;
 use crate::loader::LoadError;
@@ -34,7 +37,7 @@ impl Norm {
     }
 }
 
-/// One encoder layer: `x + attn(ln1(x))`, then `x + fc2(gelu_tanh(fc1(ln2(x))))`.
+/// One encoder layer: `x + attn(ln1(x))`, then `x + fc2(act(fc1(ln2(x))))`.
 #[derive(Debug, Clone)]
 struct EncoderLayer {
     ln1: Norm,
@@ -53,10 +56,15 @@ pub struct Encoder {
     config: VisionConfig,
     /// `[D, C·p·p]`: the convolution's kernel, each patch flattened channel, row, column.
     patch: Linear,
-    /// `[1, n, D]`.
+    /// CLIP's class token `[1, 1, D]`.
+    class: Option<Tensor<3>>,
+    /// `[1, t, D]`.
     positions: Tensor<3>,
+    /// CLIP's LayerNorm before the layers.
+    pre: Option<Norm>,
     layers: Vec<EncoderLayer>,
-    post: Norm,
+    /// The final LayerNorm (none where the projector reads an inner hidden state: LLaVA).
+    post: Option<Norm>,
 }
 
 impl Encoder {
@@ -68,7 +76,7 @@ impl Encoder {
         device: &Device,
     ) -> Result<Self, LoadError> {
         let (dm, f, ch, p) = (c.hidden_size, c.intermediate_size, c.num_channels, c.patch_size);
-        let n = c.patches_per_side().pow(2);
+        let t = c.patches_per_side().pow(2) + usize::from(c.clip);
         let kernel = dense::<4>(
             ckpt,
             &format!("{prefix}.embeddings.patch_embedding.weight"),
@@ -76,11 +84,24 @@ impl Encoder {
         )?;
         let patch = Linear {
             weight: Matrix::Dense(Box::new(kernel.reshape([dm, ch * p * p]))),
-            bias: Some(ckpt.vector(&format!("{prefix}.embeddings.patch_embedding.bias"), dm)?),
+            bias: match c.clip {
+                true => None,
+                false => Some(ckpt.vector(&format!("{prefix}.embeddings.patch_embedding.bias"), dm)?),
+            },
         };
-        let table = ckpt.matrix(&format!("{prefix}.embeddings.position_embedding.weight"), [n, dm])?;
-        // A full image's position ids are 0..n (transformers buckets a partial one's).
-        let positions = table.rows(&[(0..n as u32).collect()], device);
+        let (class, pre) = match c.clip {
+            true => (
+                Some(
+                    ckpt.vector(&format!("{prefix}.embeddings.class_embedding"), dm)?
+                        .reshape([1, 1, dm]),
+                ),
+                Some(Norm::take(ckpt, &format!("{prefix}.pre_layrnorm"), dm)?),
+            ),
+            false => (None, None),
+        };
+        let table = ckpt.matrix(&format!("{prefix}.embeddings.position_embedding.weight"), [t, dm])?;
+        // A full image's position ids are 0..t (transformers buckets a partial one's).
+        let positions = table.rows(&[(0..t as u32).collect()], device);
         let layers = (0..c.num_layers)
             .map(|i| {
                 let l = format!("{prefix}.encoder.layers.{i}");
@@ -99,12 +120,25 @@ impl Encoder {
                 })
             })
             .collect::<Result<Vec<_>, LoadError>>()?;
+        let post_name = format!("{prefix}.post_layernorm");
+        let post = match c.projector {
+            // LLaVA reads an inner hidden state: a checkpoint's final norm (transformers keeps one) is unused.
+            Projector::Mlp { .. } => {
+                if ckpt.contains(&format!("{post_name}.weight")) {
+                    Norm::take(ckpt, &post_name, dm)?;
+                }
+                None
+            }
+            _ => Some(Norm::take(ckpt, &post_name, dm)?),
+        };
         Ok(Self {
             config: c.clone(),
             patch,
+            class,
             positions,
+            pre,
             layers,
-            post: Norm::take(ckpt, &format!("{prefix}.post_layernorm"), dm)?,
+            post,
         })
     }
 
@@ -119,23 +153,49 @@ impl Encoder {
             .reshape([b, g * g, ch * p * p])
     }
 
-    /// `pixels: [b, C, S, S]` → the patch embeddings with their positions added, `[b, n, D]`.
+    /// `pixels: [b, C, S, S]` → the patch embeddings (after CLIP's class token) with their positions
+    /// added, `[b, t, D]`.
     pub fn embed(&self, pixels: Tensor<4>) -> Tensor<3> {
-        self.patch.forward(self.patches(pixels)) + self.positions.clone()
+        let x = self.patch.forward(self.patches(pixels));
+        let x = match &self.class {
+            Some(class) => {
+                let [b, _, dm] = x.dims();
+                Tensor::cat(vec![class.clone().expand([b, 1, dm]), x], 1)
+            }
+            None => x,
+        };
+        x + self.positions.clone()
     }
 
-    /// `pixels: [b, C, S, S]` (already checked to be that shape) → the last hidden state after the final
-    /// LayerNorm, `[b, n, D]`.
-    pub fn forward(&self, pixels: Tensor<4>) -> Tensor<3> {
+    /// `pixels: [b, C, S, S]` → the hidden state after the first `layers` layers (0: the embeddings,
+    /// after CLIP's LayerNorm; transformers' `hidden_states[layers]`), `[b, t, D]`.
+    pub fn hidden(&self, pixels: Tensor<4>, layers: usize) -> Tensor<3> {
         let eps = self.config.layer_norm_eps;
         let mut x = self.embed(pixels);
-        for l in &self.layers {
+        if let Some(pre) = &self.pre {
+            x = pre.forward(x, eps);
+        }
+        for l in self.layers.iter().take(layers) {
             let h = l.ln1.forward(x.clone(), eps);
             x = x + l.o.forward(self.attention(&l.q, &l.k, &l.v, h));
-            let h = l.ln2.forward(x.clone(), eps);
-            x = x + l.fc2.forward(gelu_tanh(l.fc1.forward(h)));
+            let h = l.fc1.forward(l.ln2.forward(x.clone(), eps));
+            let h = match self.config.act {
+                VisionAct::GeluTanh => gelu_tanh(h),
+                VisionAct::QuickGelu => quick_gelu(h),
+            };
+            x = x + l.fc2.forward(h);
         }
-        self.post.forward(x, eps)
+        x
+    }
+
+    /// `pixels: [b, C, S, S]` (already checked to be that shape) → the last hidden state, after the final
+    /// LayerNorm where the tower has one, `[b, t, D]`.
+    pub fn forward(&self, pixels: Tensor<4>) -> Tensor<3> {
+        let x = self.hidden(pixels, self.layers.len());
+        match &self.post {
+            Some(post) => post.forward(x, self.config.layer_norm_eps),
+            None => x,
+        }
     }
 
     /// Non-causal multi-head attention of `x: [b, n, D]` → `[b, n, D]` (before the output projection):
@@ -165,6 +225,11 @@ impl Encoder {
             .swap_dims(1, 2)
             .reshape([b, n, dm])
     }
+}
+
+/// CLIP's `quick_gelu(x) = x · σ(1.702 x)`.
+fn quick_gelu(x: Tensor<3>) -> Tensor<3> {
+    x.clone() * burn::tensor::activation::sigmoid(x.mul_scalar(1.702))
 }
 
 /// `gelu_tanh(x) = 0.5·x·(1 + tanh(z))`, `z = √(2/π)·(x + 0.044715·x³)`, written `x / (1 + e^(−2z))`:

@@ -48,7 +48,7 @@ struct Kind {
     dense: &'static [&'static str],
 }
 
-const KINDS: [Kind; 2] = [
+const KINDS: [Kind; 3] = [
     Kind {
         name: "idefics3",
         model_type: "idefics3",
@@ -69,6 +69,19 @@ const KINDS: [Kind; 2] = [
         norm_shift: 1.0,
         dense: &["mm.input_projection.weight"],
     },
+    Kind {
+        name: "mlp",
+        model_type: "llava",
+        image_token: "<image>",
+        projector: &[
+            ("linear_1.weight", "mm.0.weight"),
+            ("linear_1.bias", "mm.0.bias"),
+            ("linear_2.weight", "mm.2.weight"),
+            ("linear_2.bias", "mm.2.bias"),
+        ],
+        norm_shift: 0.0,
+        dense: &[],
+    },
 ];
 
 /// The kind of mmproj `g` is.
@@ -78,7 +91,9 @@ fn projector_kind(g: &Gguf<'_>) -> Result<&'static Kind, LoadError> {
         Some(name) => KINDS.iter().find(|k| k.name == name).ok_or_else(|| {
             meta(
                 key,
-                format!("{name:?}: kiln reads idefics3 (SmolVLM) and gemma3 (Gemma 3) mmproj files"),
+                format!(
+                    "{name:?}: kiln reads idefics3 (SmolVLM), gemma3 (Gemma 3) and mlp (LLaVA) mmproj files"
+                ),
             )
         }),
         None => Err(meta(key, "is missing")),
@@ -90,6 +105,7 @@ fn kind_of(v: &VisionConfig) -> &'static Kind {
     match v.projector {
         Projector::PixelShuffle { .. } => &KINDS[0],
         Projector::AvgPool { .. } => &KINDS[1],
+        Projector::Mlp { .. } => &KINDS[2],
     }
 }
 
@@ -112,10 +128,17 @@ pub fn vision_config(g: &Gguf<'_>, text: &ModelConfig, vocab: &[&str]) -> Result
         ));
     }
     let kind = projector_kind(g)?;
-    let width = g.usize("clip.vision.projection_dim")?;
+    // LLaVA's `projection_dim` is CLIP's own (unused); its projector's width is its last matrix's.
+    let (width, key) = match kind.name {
+        "mlp" => (g.tensor("mm.2.weight").map_or(0, |t| t.shape()[0]), "mm.2.weight"),
+        _ => (
+            g.usize("clip.vision.projection_dim")?,
+            "clip.vision.projection_dim",
+        ),
+    };
     if width != text.hidden_size {
         return Err(meta(
-            "clip.vision.projection_dim",
+            key,
             format!(
                 "the projector makes rows of {width}, the language model's hidden size is {}: the mmproj \
                  is not this model's",
@@ -130,8 +153,13 @@ pub fn vision_config(g: &Gguf<'_>, text: &ModelConfig, vocab: &[&str]) -> Result
             format!("the language model's vocabulary has no {image_token} token for the mmproj's images"),
         )
     })?;
+    // CLIP's embeddings (a class token, a LayerNorm before the layers) or SigLIP's.
+    let tower = match g.tensor("v.class_embd") {
+        Some(_) => "clip_vision_model",
+        None => "siglip_vision_model",
+    };
     let fields = VisionFields {
-        model_type: Some("clip_vision_model".into()),
+        model_type: Some(tower.into()),
         hidden_size: g.usize("clip.vision.embedding_length")?,
         intermediate_size: g.usize("clip.vision.feed_forward_length")?,
         num_hidden_layers: g.usize("clip.vision.block_count")?,
@@ -170,6 +198,22 @@ pub fn vision_config(g: &Gguf<'_>, text: &ModelConfig, vocab: &[&str]) -> Result
             }
             top.mm_tokens_per_image = Some((side / window) * (side / window));
         }
+        // The converter keeps the layers up to the one the projector reads (the last one stored), or
+        // names it.
+        "mlp" => {
+            let key = "clip.vision.feature_layer";
+            let layer = match g.get(key).map(|v| v.as_array()) {
+                None => -1,
+                Some(Some(a)) if a.len() == 1 => a.f64_at(0).map_or(-1, |k| k as i64),
+                Some(_) => {
+                    return Err(meta(
+                        key,
+                        "kiln takes one feature layer (LLaVA-NeXT's lists are not implemented)",
+                    ));
+                }
+            };
+            top.vision_feature_layer = Some(layer.into());
+        }
         _ => top.scale_factor = scale_factor,
     }
     VisionConfig::resolve(&fields, &top, text).map_err(|e| match e {
@@ -179,12 +223,15 @@ pub fn vision_config(g: &Gguf<'_>, text: &ModelConfig, vocab: &[&str]) -> Result
 }
 
 /// The tower's tensors outside its layers: (Hugging Face name under the tower, mmproj name).
-const TOWER: [(&str, &str); 5] = [
+const TOWER: [(&str, &str); 8] = [
+    ("embeddings.class_embedding", "v.class_embd"),
     ("embeddings.patch_embedding.weight", "v.patch_embd.weight"),
     ("embeddings.patch_embedding.bias", "v.patch_embd.bias"),
     ("embeddings.position_embedding.weight", "v.position_embd.weight"),
     ("post_layernorm.weight", "v.post_ln.weight"),
     ("post_layernorm.bias", "v.post_ln.bias"),
+    ("pre_layrnorm.weight", "v.pre_ln.weight"),
+    ("pre_layrnorm.bias", "v.pre_ln.bias"),
 ];
 
 /// An encoder layer's modules: (Hugging Face module, llama.cpp's).
@@ -208,11 +255,39 @@ pub(crate) struct Names {
     pub fixups: Fixups,
     /// The mmproj tensors to place dense (a file streamed in pieces places each as it arrives).
     pub dense: &'static [&'static str],
+    /// llama.cpp's older LLaVA converter names `fc1` `ffn_down` and `fc2` `ffn_up`.
+    swapped_ffn: bool,
 }
 
-/// The names of `v`'s mmproj tensors: the vision tensors under the family's first layout, the language
-/// model's under its own names.
-pub(crate) fn names(v: &VisionConfig) -> Result<Names, LoadError> {
+impl Names {
+    /// llama.cpp's name of a layer's Hugging Face module.
+    fn ggml(&self, module: &str) -> Option<&'static str> {
+        let (_, g) = LAYER.iter().find(|(h, _)| *h == module)?;
+        Some(self.swap(g))
+    }
+
+    /// The Hugging Face module of llama.cpp's name of a layer's module.
+    fn hf(&self, module: &str) -> Option<&'static str> {
+        let module = self.swap(module);
+        LAYER.iter().find(|(_, g)| *g == module).map(|(h, _)| *h)
+    }
+
+    fn swap<'s>(&self, module: &'s str) -> &'s str {
+        match (self.swapped_ffn, module) {
+            (true, "ffn_up") => "ffn_down",
+            (true, "ffn_down") => "ffn_up",
+            _ => module,
+        }
+    }
+}
+
+/// The names of `v`'s mmproj tensors in file `g`: the vision tensors under the family's first layout,
+/// the language model's under its own names. An `ffn_down` whose rows are the tower's width holds
+/// `fc1` (as llama.cpp's `clip.cpp` checks too).
+pub(crate) fn names(v: &VisionConfig, g: &Gguf<'_>) -> Result<Names, LoadError> {
+    let swapped_ffn = g
+        .tensor("v.blk.0.ffn_down.weight")
+        .is_some_and(|t| t.dims.first() == Some(&v.hidden_size) && v.intermediate_size != v.hidden_size);
     let family = v.projector.family()?;
     let kind = kind_of(v);
     Ok(Names {
@@ -227,6 +302,7 @@ pub(crate) fn names(v: &VisionConfig) -> Result<Names, LoadError> {
             norm_shift: kind.norm_shift,
         },
         dense: kind.dense,
+        swapped_ffn,
     })
 }
 
@@ -247,7 +323,7 @@ fn mmproj_name(hf: &str, names: &Names) -> Option<String> {
     let rest = rest.strip_prefix("encoder.layers.")?;
     let (i, part) = rest.split_once('.')?;
     let (module, kind) = part.rsplit_once('.')?;
-    let (_, ggml) = LAYER.iter().find(|(h, _)| *h == module)?;
+    let ggml = names.ggml(module)?;
     Some(format!("v.blk.{i}.{ggml}.{kind}"))
 }
 
@@ -264,7 +340,7 @@ pub(crate) fn hf_name(g: &str, names: &Names) -> Option<String> {
     let (i, part) = rest.split_once('.')?;
     i.parse::<usize>().ok()?;
     let (module, kind) = part.rsplit_once('.')?;
-    let (h, _) = LAYER.iter().find(|(_, m)| *m == module)?;
+    let h = names.hf(module)?;
     Some(format!("{}.encoder.layers.{i}.{h}.{kind}", layout.tower))
 }
 
@@ -312,7 +388,9 @@ pub fn image_processor(g: &Gguf<'_>, v: &VisionConfig) -> Result<ImageProcessor,
                 *longest_edge = edge as usize;
             }
         }
-        ImageProcessor::Gemma3 { normalize: n, .. } => *n = normalize,
+        ImageProcessor::Gemma3 { normalize: n, .. } | ImageProcessor::Clip { normalize: n, .. } => {
+            *n = normalize
+        }
     }
     Ok(processor)
 }
@@ -400,7 +478,7 @@ pub fn load(lm: &Gguf<'_>, mmproj: &Gguf<'_>, device: &Device) -> Result<(Decode
     let mut text = config(lm)?;
     let vocab = lm.strings("tokenizer.ggml.tokens")?.unwrap_or_default();
     let v = vision_config(mmproj, &text, &vocab)?;
-    let names = names(&v)?;
+    let names = names(&v, mmproj)?;
     text.vision = Some(v);
     let mut lm_weights = GgufWeights::new(lm, &text)?;
     let mut both = Pair {
@@ -429,6 +507,7 @@ mod tests {
                 norm_shift: 0.0,
             },
             dense: &[],
+            swapped_ffn: false,
         };
         let name = |hf: &str| mmproj_name(hf, &names);
         let cases = [

@@ -1,11 +1,11 @@
 //! A vision-language model's vision part ([`Vision`]): the encoder tower shared by the families
-//! ([`encoder`]: SigLIP-style ViT) and the family's projector, which turns the encoder's patches into
+//! ([`encoder`]: SigLIP- and CLIP-style ViTs) and the family's projector, which turns the encoder's patches into
 //! embedding rows of the language model's width. Those rows stand where the image's placeholder tokens
 //! stand in a prompt (a [`Chunk::Rows`](super::Chunk) of `Decoder::prefill`).
 //!
 //! A multimodal family is chosen by the config's projector ([`Projector`], from the top level's
 //! `model_type`) and implements [`VisionFamily`] in its own file of `model::arch` (`idefics3` for
-//! SmolVLM, `gemma` for Gemma 3): where its tower's, projector's and language model's tensors live in a
+//! SmolVLM, `gemma` for Gemma 3, `llava` for LLaVA): where its tower's, projector's and language model's tensors live in a
 //! checkpoint ([`Layout`]s), and its projector.
 //! [`assemble`] builds both parts of one checkpoint: the vision part first, then the language model
 //! through its family (`model::arch`) under the checkpoint's prefix, so that a tensor neither takes is
@@ -77,9 +77,15 @@ fn layout_of(family: &dyn VisionFamily, ckpt: &dyn Tensors) -> Layout {
     *layouts.iter().find(probe).unwrap_or(&layouts[0])
 }
 
-/// A family's projector: the encoder's output `[b, n, D]` → embedding rows `[b, T, h]`.
+/// A family's projector: the encoder's features `[b, n, D]` → embedding rows `[b, T, h]`.
 pub(crate) trait Project: Debug + Send + Sync {
-    fn forward(&self, hidden: Tensor<3>) -> Tensor<3>;
+    /// The encoder's features it reads, `[b, n, D]`: the last hidden state (after the final LayerNorm)
+    /// unless the family reads another.
+    fn features(&self, encoder: &Encoder, pixels: Tensor<4>) -> Tensor<3> {
+        encoder.forward(pixels)
+    }
+
+    fn forward(&self, features: Tensor<3>) -> Tensor<3>;
 }
 
 impl Projector {
@@ -89,6 +95,7 @@ impl Projector {
         match self {
             Projector::PixelShuffle { .. } => Ok(&super::arch::idefics3::Idefics3),
             Projector::AvgPool { .. } => Ok(&super::arch::gemma::Gemma3Vision),
+            Projector::Mlp { .. } => Ok(&super::arch::llava::Llava),
         }
     }
 }
@@ -128,7 +135,13 @@ impl Vision {
                 side: c.image_size,
             });
         }
-        Ok(self.projector.forward(self.encoder.forward(pixels)))
+        Ok(self.projector.forward(self.features(pixels)))
+    }
+
+    /// `pixels: [b, C, S, S]` (checked by [`Vision::encode`]) → the encoder's features its projector
+    /// reads, `[b, n, D]`.
+    pub fn features(&self, pixels: Tensor<4>) -> Tensor<3> {
+        self.projector.features(&self.encoder, pixels)
     }
 
     /// How an image's rows attend to each other in a prompt (`Chunk::Rows`): causal as text (SmolVLM) or

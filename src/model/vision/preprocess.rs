@@ -36,6 +36,11 @@
 //! 3. Gemma 3 (`Gemma3ImageProcessorPil._preprocess`): resized to `size` (`height × width`, no
 //!    aspect kept) with `resample` (2, BILINEAR). Pan and scan never runs: `Gemma3Processor` passes
 //!    `do_pan_and_scan = False` itself, over the value in `preprocessor_config.json`.
+//!
+//!    LLaVA (`CLIPImageProcessorPil`, as llava-hf ships): resized so that the shortest edge is
+//!    `size.shortest_edge` (`s`), the other `int(s · long / short)` in `f64`, with `resample` (3,
+//!    BICUBIC); then the centre `crop × crop` (`crop_size`), from `((w − crop) / 2, (h − crop) / 2)`
+//!    truncated.
 //! 4. Each tile, channel-first: `rescale` (`image.astype(float64) * rescale_factor`, then cast to
 //!    `float32`), then `normalize` (`(x - mean) / std` in `float32`, `mean` and `std` cast to
 //!    `float32` first). Per channel that is a function of the 8-bit value, computed here once per
@@ -54,6 +59,8 @@
 //!   tile, `(image_size / patch_size)² / scale_factor²` (`VisionConfig::tokens_per_image`).
 //! - Gemma 3: `<start_of_image>` becomes `\n\n<start_of_image>` + `<image_soft_token>` ×
 //!   `mm_tokens_per_image` + `<end_of_image>\n\n`.
+//! - LLaVA (`LlavaProcessor`): `<image>` becomes `<image>` × the rows of one image (the patches, plus
+//!   the class token with `vision_feature_select_strategy` `full`), nothing around them.
 //!
 //! # Tolerance
 //!
@@ -93,6 +100,9 @@ const BOI_TOKEN: &str = "<start_of_image>";
 const GEMMA_IMAGE_TOKEN: &str = "<image_soft_token>";
 const EOI_TOKEN: &str = "<end_of_image>";
 
+/// LLaVA's (`LlavaProcessor.image_token`).
+const LLAVA_IMAGE_TOKEN: &str = "<image>";
+
 /// How an image becomes pixel values for the encoder (from `preprocessor_config.json`, or a
 /// family's defaults).
 #[derive(Debug, Clone, PartialEq)]
@@ -117,6 +127,17 @@ pub enum ImageProcessor {
         filter: Filter,
         normalize: Normalize,
     },
+    /// LLaVA (`CLIPImageProcessor`): one tile, the shortest edge resized to `shortest_edge`, then the
+    /// centre `crop × crop`.
+    Clip {
+        /// `size.shortest_edge` (at least `crop`).
+        shortest_edge: usize,
+        /// `crop_size`: the encoder's `image_size`.
+        crop: usize,
+        /// `resample` (BICUBIC as shipped).
+        filter: Filter,
+        normalize: Normalize,
+    },
 }
 
 /// The last step: an 8-bit value `v` of channel `c` becomes
@@ -138,6 +159,13 @@ impl Normalize {
         rescale: 1.0 / 255.0,
         mean: [0.5; 3],
         std: [0.5; 3],
+    };
+
+    /// `1/255` and CLIP's mean and std (`OPENAI_CLIP_*`): what LLaVA ships.
+    pub const CLIP: Normalize = Normalize {
+        rescale: 1.0 / 255.0,
+        mean: [0.481_454_66, 0.457_827_5, 0.408_210_73],
+        std: [0.268_629_54, 0.261_302_58, 0.275_777_11],
     };
 
     /// The value of each 8-bit level per channel.
@@ -203,6 +231,7 @@ impl ImageProcessor {
         let kind = match projector {
             Projector::PixelShuffle { .. } => ["Idefics3ImageProcessor", "SmolVLMImageProcessor"],
             Projector::AvgPool { .. } => ["Gemma3ImageProcessor"; 2],
+            Projector::Mlp { .. } => ["CLIPImageProcessor", "LlavaImageProcessor"],
         };
         if let Some(t) = get(&obj, "image_processor_type") {
             let name = t.as_str().unwrap_or_default();
@@ -234,8 +263,14 @@ impl ImageProcessor {
             } else {
                 1.0
             },
-            mean: triple(&obj, "image_mean", 0.5)?,
-            std: triple(&obj, "image_std", 0.5)?,
+            mean: match projector {
+                Projector::Mlp { .. } => triple_or(&obj, "image_mean", Normalize::CLIP.mean)?,
+                _ => triple(&obj, "image_mean", 0.5)?,
+            },
+            std: match projector {
+                Projector::Mlp { .. } => triple_or(&obj, "image_std", Normalize::CLIP.std)?,
+                _ => triple(&obj, "image_std", 0.5)?,
+            },
         };
         let normalize = if flag(&obj, "do_normalize", true)? {
             if normalize.std.contains(&0.0) {
@@ -265,6 +300,45 @@ impl ImageProcessor {
                 filter: filter(&obj, Filter::Bilinear)?,
                 normalize,
             }),
+            Projector::Mlp { .. } => {
+                if flag(&obj, "do_pad", false)? {
+                    return Err(invalid(
+                        "do_pad",
+                        "true: kiln implements LLaVA's processor without padding to a square",
+                    ));
+                }
+                if !flag(&obj, "do_center_crop", true)? {
+                    return Err(invalid(
+                        "do_center_crop",
+                        "false: kiln implements LLaVA's processor with its centre crop",
+                    ));
+                }
+                let crop = side_limit("crop_size", square_of(&obj, "crop_size", 224)?)?;
+                let shortest_edge = match get(&obj, "size") {
+                    None => 224,
+                    Some(v) => match v.get("shortest_edge") {
+                        Some(n) => positive(n, "size.shortest_edge")?,
+                        None => {
+                            return Err(invalid(
+                                "size",
+                                format!("{v}: kiln takes {{\"shortest_edge\": n}}"),
+                            ));
+                        }
+                    },
+                };
+                if shortest_edge < crop || shortest_edge > MAX_IMAGE_SIZE {
+                    return Err(invalid(
+                        "size.shortest_edge",
+                        format!("{shortest_edge}: from crop_size ({crop}) to {MAX_IMAGE_SIZE}"),
+                    ));
+                }
+                Ok(ImageProcessor::Clip {
+                    shortest_edge,
+                    crop,
+                    filter: filter(&obj, Filter::Bicubic)?,
+                    normalize,
+                })
+            }
         }
     }
 
@@ -286,6 +360,12 @@ impl ImageProcessor {
                 filter: Filter::Bilinear,
                 normalize: Normalize::STANDARD,
             },
+            Projector::Mlp { .. } => ImageProcessor::Clip {
+                shortest_edge: image_size,
+                crop: image_size,
+                filter: Filter::Bicubic,
+                normalize: Normalize::CLIP,
+            },
         }
     }
 
@@ -294,6 +374,7 @@ impl ImageProcessor {
         match *self {
             ImageProcessor::Idefics3 { max_image_size, .. } => max_image_size,
             ImageProcessor::Gemma3 { size, .. } => size,
+            ImageProcessor::Clip { crop, .. } => crop,
         }
     }
 
@@ -358,6 +439,24 @@ impl ImageProcessor {
                 let image = resize(&rgb, s, s, filter);
                 single(planes(&image, 0, 0, s, &normalize.table()), s)
             }
+            ImageProcessor::Clip {
+                shortest_edge,
+                crop,
+                filter,
+                normalize,
+            } => {
+                let (w, h) = (rgb.width, rgb.height);
+                let (short, long) = if w <= h { (w, h) } else { (h, w) };
+                let long = int(shortest_edge as f64 * long as f64 / short as f64).max(shortest_edge);
+                let (w, h) = if w <= h {
+                    (shortest_edge, long)
+                } else {
+                    (long, shortest_edge)
+                };
+                let image = resize(&rgb, w, h, filter);
+                let (left, top) = ((w - crop) / 2, (h - crop) / 2);
+                single(planes(&image, left, top, crop, &normalize.table()), crop)
+            }
         }
     }
 
@@ -367,6 +466,7 @@ impl ImageProcessor {
         match self {
             ImageProcessor::Idefics3 { .. } => SMOLVLM_IMAGE_TOKEN,
             ImageProcessor::Gemma3 { .. } => BOI_TOKEN,
+            ImageProcessor::Clip { .. } => LLAVA_IMAGE_TOKEN,
         }
     }
 
@@ -396,6 +496,7 @@ impl ImageProcessor {
                     GEMMA_IMAGE_TOKEN.repeat(tokens)
                 )
             }
+            ImageProcessor::Clip { .. } => LLAVA_IMAGE_TOKEN.repeat(tokens),
         }
     }
 }
@@ -528,6 +629,18 @@ fn triple(obj: &Map<String, Value>, key: &'static str, default: f32) -> Result<[
     }
 }
 
+/// [`triple`] with a per-channel default.
+fn triple_or(
+    obj: &Map<String, Value>,
+    key: &'static str,
+    default: [f32; 3],
+) -> Result<[f32; 3], PreprocessorError> {
+    match get(obj, key) {
+        None => Ok(default),
+        Some(_) => triple(obj, key, 0.0),
+    }
+}
+
 /// A positive integer.
 fn positive(v: &Value, field: &'static str) -> Result<usize, PreprocessorError> {
     v.as_u64()
@@ -554,26 +667,39 @@ fn longest_edge(
 
 /// Gemma 3's `size`: `{"height": n, "width": n}` or `n` (a square either way).
 fn square(obj: &Map<String, Value>, default: usize) -> Result<usize, PreprocessorError> {
-    let Some(v) = get(obj, "size") else {
+    square_of(obj, "size", default)
+}
+
+/// `obj[key]` (`size`, `crop_size`) as a square's side: `{"height": n, "width": n}` or `n`.
+fn square_of(
+    obj: &Map<String, Value>,
+    key: &'static str,
+    default: usize,
+) -> Result<usize, PreprocessorError> {
+    let Some(v) = get(obj, key) else {
         return Ok(default);
     };
     if v.is_number() {
-        return positive(v, "size");
+        return positive(v, key);
     }
+    let (height, width) = match key {
+        "crop_size" => ("crop_size.height", "crop_size.width"),
+        _ => ("size.height", "size.width"),
+    };
     match (v.get("height"), v.get("width")) {
         (Some(h), Some(w)) => {
-            let (h, w) = (positive(h, "size.height")?, positive(w, "size.width")?);
+            let (h, w) = (positive(h, height)?, positive(w, width)?);
             if h == w {
                 Ok(h)
             } else {
                 Err(invalid(
-                    "size",
+                    key,
                     format!("{h} × {w}: kiln's encoder takes a square image"),
                 ))
             }
         }
         _ => Err(invalid(
-            "size",
+            key,
             format!("{v}: kiln takes {{\"height\": n, \"width\": n}}"),
         )),
     }
