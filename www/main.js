@@ -4,11 +4,15 @@
 // Hooks for tests: body[data-state] = loading | ready | error, body[data-busy] = true while a request runs;
 // ids (and data-testid) on the controls; each assistant message is `.message.assistant` with
 // data-status = streaming | done | stopped | error; each token of the completions view is a
-// `[data-testid=logprob-token]` element with data-logprob and data-alternatives.
+// `[data-testid=logprob-token]` element with data-logprob and data-alternatives. Images (a vision-language
+// model): `attach-button` / `attach-input` (on only when `engine.vision` is set), `attachment-thumb` (each
+// image waiting to be sent, with its `attachment-remove`), `message-image` (the images of a sent message),
+// `composer-note` (why a file was refused).
 import { WorkerEngine } from '/pkg/index.js';
 import { renderMarkdown } from './markdown.js';
 import {
   $, el, state, setState, setBusy, updateControls, readSettings, syncSettingsUi, describeError, errorBox, Timer, showStats, DEFAULTS,
+  visionReady, visionTitle,
 } from './ui.js';
 import { runCompletion, showTooltip, hideTooltip } from './completions.js';
 import { openaiPanel } from './openai.js';
@@ -95,26 +99,80 @@ function showProgress({ phase, loaded, total }) {
   $('load-text').textContent = `${PHASES[phase] ?? phase}… ${mib(loaded)} of ${mib(total)} (${(fraction * 100).toFixed(0)}%)`;
 }
 
-/** The model field → `{ id, source }` for `WorkerEngine.load`. */
+const GGUF = /\.gguf([?#].*)?$/i;
+const absolute = (url) => new URL(url, location.href).href;
+const fileName = (url) => decodeURIComponent(new URL(url, location.href).pathname.split('/').pop() ?? '');
+/** llama.cpp's vision part of a model (its image encoder and projector) is a GGUF named `mmproj-…` or `…-mmproj…`. */
+const isMmproj = (url) => /mmproj/i.test(fileName(url));
+
+/** Load options the model field's JSON form may carry besides `source` (as `Engine.load` takes them). */
+const LOAD_OPTIONS = ['chatTemplate', 'prefixCacheBytes', 'quantize', 'threads'];
+
+/**
+ * The model field → `{ id, source, options }` for `WorkerEngine.load`:
+ * - a `.gguf` URL; several (a model split by gguf-split, in order);
+ * - a language model's `.gguf` and its `mmproj` `.gguf` (a vision-language model, llama.cpp's two files:
+ *   whitespace or commas between them, either first) → `{ model, mmproj }`;
+ * - a Hugging Face model folder, one of its files, or its files' URLs;
+ * - JSON: a `source` object (`"id"`, or `"model"` when it is no file of the source, names the model), or
+ *   load options `{ "source": …, "model"?: id, "chatTemplate"?: …, "prefixCacheBytes"?, "quantize"?,
+ *   "threads"? }` whose `source` is any of the above (a string as typed in the field, or an object).
+ * URLs are made absolute here: the worker would resolve relative ones against its own script.
+ */
 async function resolveSource(text) {
   const spec = text.trim() || DEFAULT_MODEL;
   if (spec.startsWith('{')) {
-    let source;
+    let json;
     try {
-      source = JSON.parse(spec);
+      json = JSON.parse(spec);
     } catch (e) {
       throw new Error(`the model field is not valid JSON: ${e.message}`);
     }
-    return { id: source.model ?? modelName(String(source.config ?? 'model')), source: withoutKey(source, 'model') };
+    if (!('source' in json)) return { ...jsonSource(json), options: {} };
+    const { source, model, id, ...rest } = json;
+    const unknown = Object.keys(rest).filter((k) => !LOAD_OPTIONS.includes(k));
+    if (unknown.length) throw new Error(`the model field's load options do not include ${unknown.map((k) => `"${k}"`).join(', ')} (they are "source", "model", ${LOAD_OPTIONS.map((k) => `"${k}"`).join(', ')})`);
+    let inner;
+    if (typeof source === 'string') inner = await resolveSource(source);
+    else if (Array.isArray(source)) inner = await resolveSource(source.join(' '));
+    else inner = jsonSource(source);
+    return { id: String(model ?? id ?? inner.id), source: inner.source, options: rest };
   }
   const urls = spec.split(/[\s,]+/).filter(Boolean);
-  if (urls.length === 1 && /\.gguf([?#].*)?$/i.test(urls[0])) {
-    return { id: modelName(urls[0]), source: urls[0] };
+  if (urls.every((u) => GGUF.test(u))) {
+    const mmproj = urls.filter(isMmproj);
+    const lm = urls.filter((u) => !isMmproj(u)).map(absolute);
+    if (mmproj.length > 1) throw new Error(`the model field names ${mmproj.length} mmproj files (${mmproj.join(', ')}): give one, with its language model's .gguf`);
+    if (lm.length === 0) throw new Error(`${mmproj[0]} is only the vision part (mmproj) of a model: give the language model's .gguf too, e.g. "model.gguf mmproj-model.gguf"`);
+    const model = lm.length === 1 ? lm[0] : lm; // several: the files of a split model, in order
+    if (mmproj.length === 1) return { id: modelName(lm[0]), source: { model, mmproj: absolute(mmproj[0]) }, options: {} };
+    return { id: modelName(lm[0]), source: model, options: {} };
   }
-  if (urls.length > 1) return { id: modelName(urls[0]), source: hfFromList(urls) };
+  if (urls.length > 1) return { id: modelName(urls[0]), source: hfFromList(urls), options: {} };
   // One URL that is not a .gguf: a Hugging Face model folder (…/resolve/main/) or one of its files.
   const base = /\.(json|jinja|safetensors)([?#].*)?$/i.test(urls[0]) ? urls[0].replace(/[^/]*$/, '') : urls[0].replace(/\/?$/, '/');
-  return { id: modelName(base), source: await hfFromFolder(base) };
+  return { id: modelName(base), source: await hfFromFolder(base), options: {} };
+}
+
+/** A `source` object typed as JSON → `{ id, source }`. */
+function jsonSource(source) {
+  if (source === null || typeof source !== 'object' || Array.isArray(source)) throw new Error('the model field\'s JSON `source` must be an object');
+  // `{ model, mmproj }` is llama.cpp's pair, where `model` is the language model's file; elsewhere `model` was the id.
+  const pair = 'mmproj' in source;
+  const first = pair ? [source.model].flat()[0] : null;
+  const id = source.id ?? (pair ? modelName(String(first ?? 'model')) : source.model ?? modelName(String(source.config ?? 'model')));
+  return { id: String(id), source: absoluteUrls(withoutKey(pair ? source : withoutKey(source, 'model'), 'id')) };
+}
+
+/** A JSON `source` with its URLs (strings, in lists, `{ name, url }` weights) made absolute. */
+function absoluteUrls(source) {
+  const fix = (v) => {
+    if (typeof v === 'string') return absolute(v);
+    if (Array.isArray(v)) return v.map(fix);
+    if (v && typeof v === 'object' && typeof v.url === 'string') return { ...v, url: absolute(v.url) };
+    return v;
+  };
+  return Object.fromEntries(Object.entries(source).map(([k, v]) => [k, fix(v)]));
 }
 
 const withoutKey = (o, k) => Object.fromEntries(Object.entries(o).filter(([key]) => key !== k));
@@ -125,20 +183,24 @@ function modelName(url) {
   const resolve = parts.indexOf('resolve');
   if (resolve > 0) return parts[resolve - 1];
   const last = parts[parts.length - 1] ?? 'model';
-  return decodeURIComponent(last.replace(/\.(gguf|json|safetensors)$/i, '')) || 'model';
+  // A split model's first file (…-00001-of-00003.gguf) names the model without its part number.
+  return decodeURIComponent(last.replace(/\.(gguf|json|safetensors)$/i, '').replace(/-\d{5}-of-\d{5}$/, '')) || 'model';
 }
 
 const HF_FILES = {
   'config.json': 'config', 'tokenizer.json': 'tokenizer', 'tokenizer_config.json': 'tokenizerConfig',
   'chat_template.jinja': 'chatTemplate', 'generation_config.json': 'generationConfig', 'model.safetensors.index.json': 'index',
+  // A vision-language model's image processor (SmolVLM, Gemma 3): with it, chat requests take images.
+  'preprocessor_config.json': 'preprocessor',
 };
 
 function hfFromList(urls) {
   const source = { weights: [] };
   for (const url of urls) {
-    const name = new URL(url, location.href).pathname.split('/').pop();
-    if (HF_FILES[name]) source[HF_FILES[name]] = url;
-    else if (/\.safetensors$/i.test(name)) source.weights.push(url);
+    const name = fileName(url);
+    if (HF_FILES[name]) source[HF_FILES[name]] = absolute(url);
+    else if (/\.safetensors$/i.test(name)) source.weights.push(absolute(url));
+    else if (GGUF.test(url)) throw new Error(`${url}: a .gguf file among other files: give only .gguf files (a model, its split parts, or a model and its mmproj) or only a Hugging Face model's files`);
     else throw new Error(`${url}: not a file of a Hugging Face model (config.json, tokenizer.json, …, *.safetensors)`);
   }
   return source;
@@ -186,12 +248,12 @@ async function loadModel() {
   if (old.engine) await old.engine.unload().catch(() => {});
   old.worker?.terminate();
   try {
-    const { id, source } = await resolveSource($('model-url').value);
+    const { id, source, options } = await resolveSource($('model-url').value);
     const worker = new Worker('/pkg/worker.js', { type: 'module' });
     state.worker = worker;
     const started = performance.now();
     const engine = await WorkerEngine.load(worker, {
-      model: id, source, device: $('model-device').value, cache: $('model-cache').checked,
+      ...options, model: id, source, device: $('model-device').value, cache: $('model-cache').checked,
       onProgress: (p) => { if (seq === state.loadSeq) showProgress(p); },
     });
     if (seq !== state.loadSeq) {
@@ -231,10 +293,22 @@ function autoscroll(fn) {
   if (pinned) list.scrollTop = list.scrollHeight;
 }
 
-function addUserMessage(text) {
+/** The person's message: its images (thumbnails, `data:` URLs) above its text. */
+function addUserMessage(text, images = []) {
   $('empty-chat')?.remove();
-  const li = el('li', { className: 'message user' }, el('div', { className: 'bubble', textContent: text }));
+  const li = el('li', { className: 'message user' });
   li.dataset.testid = 'user-message';
+  if (images.length) {
+    const strip = el('div', { className: 'message-images' });
+    for (const { url, name } of images) {
+      const img = el('img', { src: url, alt: name ? `attached image ${name}` : 'attached image', title: `${name ?? 'image'} (click to enlarge)` });
+      img.dataset.testid = 'message-image';
+      img.addEventListener('click', () => img.classList.toggle('enlarged'));
+      strip.append(img);
+    }
+    li.append(strip);
+  }
+  if (text) li.append(el('div', { className: 'bubble', textContent: text }));
   messagesList().append(li);
   messagesList().scrollTop = messagesList().scrollHeight; // one's own message always comes into view
   return li;
@@ -292,8 +366,19 @@ function systemPrompt() {
   return $('system-prompt').value.trim();
 }
 
-async function sendChat(text) {
-  if (!state.engine || state.busy || !text.trim()) return;
+/** The OpenAI `content` of a user message: its text alone, or its images' `image_url` parts then the text. */
+function userContent(text, images) {
+  if (!images.length) return text;
+  return [
+    ...images.map(({ url }) => ({ type: 'image_url', image_url: { url } })),
+    ...(text ? [{ type: 'text', text }] : []),
+  ];
+}
+
+async function sendChat(value) {
+  const text = value.trim() ? value : '';
+  const attached = attachments.slice();
+  if (!state.engine || state.busy || (!text && !attached.length)) return;
   let settings;
   try {
     settings = readSettings('chat');
@@ -301,12 +386,25 @@ async function sendChat(text) {
     autoscroll(() => messagesList().append(el('li', { className: 'message assistant' }, errorBox(e))));
     return;
   }
+  // Busy from here: reading the images is asynchronous, and a second Enter must not send them twice.
+  setBusy('chat');
+  let images;
+  try {
+    images = await Promise.all(attached.map(async ({ file }) => ({ url: await dataUrl(file), name: file.name })));
+  } catch (e) {
+    autoscroll(() => messagesList().append(el('li', { className: 'message assistant' }, errorBox(e))));
+    setBusy(null);
+    return;
+  }
+  clearAttachments();
   $('chat-input').value = '';
   resizeInput();
-  const userLi = addUserMessage(text);
+  const userLi = addUserMessage(text, images);
   // This conversation: "New chat" replaces state.messages, so a reply that ends later lands in the old one.
+  // A message with images keeps its parts (their data: URLs): later turns send the same image again, and
+  // kiln's prefix cache reuses what it computed for it.
   const history = state.messages;
-  history.push({ role: 'user', content: text });
+  history.push({ role: 'user', content: userContent(text, images) });
   const system = systemPrompt();
   const request = {
     model: state.engine.model,
@@ -317,15 +415,16 @@ async function sendChat(text) {
   const view = addAssistantMessage(n);
   const controller = new AbortController();
   state.controller = controller;
-  setBusy('chat');
   const timer = new Timer();
+  // The images' prompt tokens and encode time, reported once before the first chunk.
+  const onImages = (info) => { timer.images = info; };
   const texts = Array(n).fill('');
   const finish = Array(n).fill(null);
   let usage = null;
   const live = setInterval(() => showStats(timer.summary(usage, n, settings.stream), view.stats), 500);
   try {
     if (settings.stream) {
-      const stream = await state.engine.chat.completions.create(request, { signal: controller.signal });
+      const stream = await state.engine.chat.completions.create(request, { signal: controller.signal, onImages });
       for await (const chunk of stream) {
         if (chunk.usage) usage = chunk.usage;
         for (const c of chunk.choices ?? []) {
@@ -339,7 +438,7 @@ async function sendChat(text) {
         }
       }
     } else {
-      const reply = await state.engine.chat.completions.create(request, { signal: controller.signal });
+      const reply = await state.engine.chat.completions.create(request, { signal: controller.signal, onImages });
       usage = reply.usage;
       for (const c of reply.choices) {
         texts[c.index] = c.message?.content ?? '';
@@ -360,10 +459,11 @@ async function sendChat(text) {
     } else {
       console.warn('chat request failed:', describeError(e));
       view.fail(e);
-      // The request never happened: take the question back so that it can be sent again.
+      // The request never happened: take the question back (its text and images) so that it can be sent again.
       history.pop();
       userLi.classList.add('unsent');
       if (history === state.messages && !$('chat-input').value) $('chat-input').value = text;
+      if (history === state.messages && !attachments.length) addAttachments(attached.map((a) => a.file), { restore: true });
     }
   } finally {
     clearInterval(live);
@@ -372,6 +472,126 @@ async function sendChat(text) {
     setBusy(null);
     if (document.activeElement === document.body || document.activeElement === $('stop')) $('chat-input').focus();
   }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Images: attached (button), pasted or dropped; shown as removable thumbnails until sent
+// ---------------------------------------------------------------------------------------------------------
+
+/** The images waiting to go with the next message: `{ file, preview }` (`preview`: an object URL). */
+const attachments = [];
+
+const dataUrl = (file) => new Promise((resolve, reject) => {
+  const reader = new FileReader();
+  reader.onload = () => resolve(reader.result);
+  reader.onerror = () => reject(new Error(`reading ${file.name || 'the image'} failed: ${reader.error?.message ?? 'unknown error'}`));
+  reader.readAsDataURL(file);
+});
+
+const isImage = (file) => file && /^image\//.test(file.type);
+
+let noteTimer;
+/** A short line under the composer (why a file was not attached). */
+function composerNote(text) {
+  const note = $('composer-note');
+  note.textContent = text;
+  note.hidden = false;
+  clearTimeout(noteTimer);
+  noteTimer = setTimeout(() => { note.hidden = true; }, 5000);
+}
+
+/**
+ * Adds the image files of `files` to the next message; other files, and any image while the model takes
+ * none, are refused with a note. `restore`: a failed message's images, put back whatever the model.
+ */
+function addAttachments(files, { restore = false } = {}) {
+  const all = [...files];
+  const images = all.filter(isImage);
+  if (all.length > images.length) {
+    const names = all.filter((f) => !isImage(f)).map((f) => f.name || f.type || 'a file');
+    composerNote(`Only images can be attached (not ${names.join(', ')}).`);
+  }
+  if (!images.length) return;
+  if (!restore && !visionReady()) {
+    composerNote(visionTitle());
+    return;
+  }
+  for (const file of images) attachments.push({ file, preview: URL.createObjectURL(file) });
+  renderAttachments();
+}
+
+function removeAttachment(index) {
+  const [gone] = attachments.splice(index, 1);
+  if (gone) URL.revokeObjectURL(gone.preview);
+  renderAttachments();
+  $('chat-input').focus();
+}
+
+function clearAttachments() {
+  for (const a of attachments.splice(0)) URL.revokeObjectURL(a.preview);
+  renderAttachments();
+}
+
+function renderAttachments() {
+  const box = $('attachments');
+  box.replaceChildren(...attachments.map((a, i) => {
+    const name = a.file.name || 'pasted image';
+    const remove = el('button', { type: 'button', className: 'remove', textContent: '×', title: `Remove ${name}` });
+    remove.setAttribute('aria-label', `Remove ${name}`);
+    remove.dataset.testid = 'attachment-remove';
+    remove.addEventListener('click', () => removeAttachment(i));
+    const thumb = el('figure', { className: 'attachment', title: `${name} (${mib(a.file.size)})` }, el('img', { src: a.preview, alt: name }), remove);
+    thumb.dataset.testid = 'attachment-thumb';
+    return thumb;
+  }));
+  box.hidden = attachments.length === 0;
+}
+
+function wireAttachments() {
+  const input = $('attach-input');
+  $('attach').addEventListener('click', () => input.click());
+  input.addEventListener('change', () => {
+    addAttachments(input.files ?? []);
+    input.value = ''; // the same file can be chosen again
+    $('chat-input').focus();
+  });
+  $('chat-input').addEventListener('paste', (e) => {
+    const files = [...(e.clipboardData?.files ?? [])].filter(isImage);
+    if (!files.length) return;
+    // An image copied alone is attached; copied with text (a web page's selection), the text is pasted too.
+    if (!e.clipboardData.types.includes('text/plain')) e.preventDefault();
+    addAttachments(files);
+  });
+  // Dropping files anywhere on the chat view attaches them; the composer shows where they go.
+  const zone = $('view-chat');
+  const composer = $('composer');
+  let depth = 0;
+  const hasFiles = (e) => [...(e.dataTransfer?.types ?? [])].includes('Files');
+  zone.addEventListener('dragenter', (e) => {
+    if (!hasFiles(e)) return;
+    e.preventDefault();
+    depth += 1;
+    composer.classList.add('dragging');
+  });
+  zone.addEventListener('dragover', (e) => {
+    if (!hasFiles(e)) return;
+    e.preventDefault();
+    e.dataTransfer.dropEffect = 'copy';
+  });
+  zone.addEventListener('dragleave', (e) => {
+    if (!hasFiles(e)) return;
+    depth = Math.max(0, depth - 1);
+    if (depth === 0) composer.classList.remove('dragging');
+  });
+  zone.addEventListener('drop', (e) => {
+    if (!hasFiles(e)) return;
+    e.preventDefault();
+    depth = 0;
+    composer.classList.remove('dragging');
+    addAttachments(e.dataTransfer.files);
+    $('chat-input').focus();
+  });
+  renderAttachments();
 }
 
 function newChat() {
@@ -434,6 +654,7 @@ function wire() {
     }
   });
   input.addEventListener('input', resizeInput);
+  wireAttachments();
   $('stop').addEventListener('click', () => state.controller?.abort());
   $('completion-stop').addEventListener('click', () => state.controller?.abort());
   $('new-chat').addEventListener('click', newChat);

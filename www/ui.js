@@ -45,6 +45,31 @@ export function updateControls() {
   $('model-url').disabled = loading;
   $('model-device').disabled = loading;
   for (const b of document.querySelectorAll('.suggestion')) b.disabled = !ready || Boolean(state.busy);
+  updateAttach();
+}
+
+/** Whether the loaded model takes images (`engine.vision`: null for a text model). */
+export const visionReady = () => document.body.dataset.state === 'ready' && Boolean(state.engine?.vision);
+
+/** The attach button's title: what it does, or why it is off. */
+export function visionTitle() {
+  const engine = state.engine;
+  if (!engine || document.body.dataset.state !== 'ready') return 'Images can be attached once a vision-language model is loaded';
+  const v = engine.vision;
+  if (v) return `Attach images (or paste or drop them): ${engine.model} takes each at ${v.imageSize}×${v.imageSize} pixels, ${v.tokensPerImage} tokens a tile`;
+  return `${engine.model} is a text model and takes no images: load a vision-language model (a language model's .gguf with its mmproj .gguf, or a Hugging Face folder with preprocessor_config.json)`;
+}
+
+/** The attach button follows the loaded model: on for a vision-language model, off (its title says why) otherwise. */
+function updateAttach() {
+  const on = visionReady();
+  $('attach').disabled = !on;
+  $('attach-input').disabled = !on;
+  $('attach').title = visionTitle();
+  $('attach').setAttribute('aria-label', on ? 'Attach images' : visionTitle());
+  $('chat-input').placeholder = on
+    ? 'Message the model, or attach, paste or drop images (Enter sends)'
+    : 'Message the model (Enter sends, Shift+Enter for a new line)';
 }
 
 
@@ -146,12 +171,14 @@ export class Timer {
     this.first = null;
     this.end = null;
     this.counted = 0;
+    /** `{ images, tokens, encodeMs }` from the request's `onImages`, for a request with images. */
+    this.images = null;
   }
   token(count = 1) {
     this.first ??= performance.now();
     this.counted += count;
   }
-  /** `{ ttft, prefill, decode, tokens, total }` as display strings, and the raw numbers. */
+  /** `{ ttft, prefill, decode, tokens, cached, image, total }` as display strings. */
   summary(usage, n = 1, streamed = true) {
     const now = this.end ?? performance.now();
     const s = (ms) => `${(ms / 1000).toFixed(2)} s`;
@@ -164,6 +191,8 @@ export class Timer {
       prefill: ttftMs && usage ? rate(usage.prompt_tokens / (ttftMs / 1000)) : '—',
       decode: '—',
       tokens: usage ? `${usage.prompt_tokens} prompt + ${usage.completion_tokens} completion` : `${approx}${completion} completion`,
+      cached: usage?.prompt_tokens_details?.cached_tokens ? `${usage.prompt_tokens_details.cached_tokens} cached` : '—',
+      image: this.images ? imageStats(this.images) : '—',
       total: s(now - this.start),
     };
     if (streamed && this.first !== null && now > this.first && completion > n) {
@@ -175,6 +204,12 @@ export class Timer {
   }
 }
 
+/** "image: 42 tokens · encode 120 ms" (or "2 images: …"), from `onImages({ images, tokens, encodeMs })`. */
+export function imageStats({ images, tokens, encodeMs }) {
+  const ms = Number.isFinite(encodeMs) ? `${encodeMs < 10 ? encodeMs.toFixed(1) : Math.round(encodeMs)} ms` : '—';
+  return `${images === 1 ? 'image' : `${images} images`}: ${tokens} tokens · encode ${ms}`;
+}
+
 export function showStats(summary, target) {
   for (const dd of $('stats').querySelectorAll('dd')) dd.textContent = summary[dd.dataset.stat] ?? '—';
   if (target) {
@@ -183,6 +218,8 @@ export function showStats(summary, target) {
       summary.prefill !== '—' ? `prefill ${summary.prefill}` : null,
       summary.decode !== '—' ? `decode ${summary.decode}` : null,
       summary.tokens,
+      summary.cached !== '—' ? summary.cached : null,
+      summary.image !== '—' ? summary.image : null,
     ].filter(Boolean).join(' · ');
   }
 }

@@ -187,6 +187,7 @@ fn test() -> Result<(), String> {
                     "tests/e2e/package.test.mjs",
                     "tests/e2e/gemma3.test.mjs",
                     "tests/e2e/vision.test.mjs",
+                    "tests/e2e/demo_vision.test.mjs",
                 ]))
         },
     );
