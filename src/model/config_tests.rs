@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::model::layers::rope::RopeScaling;
-use crate::model::vision::config::Projector;
+use crate::model::vision::config::{Projector, VisionAct};
 
 const BASE: &str = r#""vocab_size": 32, "hidden_size": 64, "intermediate_size": 8, "num_hidden_layers": 1,
     "num_attention_heads": 4"#;
@@ -286,7 +286,7 @@ fn nested_text_and_vision_configs_resolve() {
     );
     let bad = smolvlm.replace(
         r#""patch_size": 16"#,
-        r#""patch_size": 16, "hidden_act": "quick_gelu""#,
+        r#""patch_size": 16, "hidden_act": "gelu_new""#,
     );
     let e = ModelConfig::from_json(bad.as_bytes()).unwrap_err();
     assert!(e.to_string().contains("vision_config.hidden_act"), "{e}");
@@ -310,4 +310,77 @@ fn nested_text_and_vision_configs_resolve() {
         e.to_string().contains("Idefics3ForConditionalGeneration") && e.to_string().contains("text_config"),
         "{e}"
     );
+}
+
+/// LLaVA's top-level fields: the feature layer counted from the end of the `layers + 1` hidden states,
+/// the class row dropped (`default`) or kept (`full`); lists of layers, other strategies and activations
+/// are errors naming the field.
+#[test]
+fn llava_projector_fields_resolve() {
+    let llava = include_str!("../../tests/fixtures/golden/llava/config.json");
+    let v = ModelConfig::from_json(llava.as_bytes()).unwrap().vision.unwrap();
+    assert_eq!(
+        (v.projector, v.clip, v.act, v.tokens_per_image(), v.image_token_id),
+        (
+            Projector::Mlp {
+                layer: 2,
+                keep_class: false,
+                bias: true
+            },
+            true,
+            VisionAct::QuickGelu,
+            16,
+            500
+        )
+    );
+    let full = llava
+        .replace(
+            r#""vision_feature_select_strategy": "default""#,
+            r#""vision_feature_select_strategy": "full""#,
+        )
+        .replace(r#""vision_feature_layer": -2"#, r#""vision_feature_layer": 0"#);
+    let v = ModelConfig::from_json(full.as_bytes()).unwrap().vision.unwrap();
+    assert_eq!(
+        (v.projector, v.tokens_per_image()),
+        (
+            Projector::Mlp {
+                layer: 0,
+                keep_class: true,
+                bias: true
+            },
+            17
+        )
+    );
+    for (from, to, field) in [
+        (
+            r#""vision_feature_layer": -2"#,
+            r#""vision_feature_layer": [-2, -5]"#,
+            "vision_feature_layer",
+        ),
+        (
+            r#""vision_feature_layer": -2"#,
+            r#""vision_feature_layer": -5"#,
+            "vision_feature_layer",
+        ),
+        (
+            r#""vision_feature_layer": -2"#,
+            r#""vision_feature_layer": 4"#,
+            "vision_feature_layer",
+        ),
+        (
+            r#""vision_feature_select_strategy": "default""#,
+            r#""vision_feature_select_strategy": "cls""#,
+            "vision_feature_select_strategy",
+        ),
+        (
+            r#""projector_hidden_act": "gelu""#,
+            r#""projector_hidden_act": "relu""#,
+            "projector_hidden_act",
+        ),
+    ] {
+        let bad = llava.replace(from, to);
+        assert_ne!(bad, llava, "{to}");
+        let e = ModelConfig::from_json(bad.as_bytes()).unwrap_err();
+        assert!(e.to_string().contains(field), "{to}: {e}");
+    }
 }

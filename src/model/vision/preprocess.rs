@@ -165,7 +165,7 @@ impl Normalize {
     pub const CLIP: Normalize = Normalize {
         rescale: 1.0 / 255.0,
         mean: [0.481_454_66, 0.457_827_5, 0.408_210_73],
-        std: [0.268_629_54, 0.261_302_58, 0.275_777_11],
+        std: [0.268_629_54, 0.261_302_6, 0.275_777_1],
     };
 
     /// The value of each 8-bit level per channel.
@@ -366,6 +366,15 @@ impl ImageProcessor {
                 filter: Filter::Bicubic,
                 normalize: Normalize::CLIP,
             },
+        }
+    }
+
+    /// How it turns 8-bit values into the encoder's.
+    pub fn normalize(&self) -> Normalize {
+        match *self {
+            ImageProcessor::Idefics3 { normalize, .. }
+            | ImageProcessor::Gemma3 { normalize, .. }
+            | ImageProcessor::Clip { normalize, .. } => normalize,
         }
     }
 
