@@ -31,7 +31,7 @@ use crate::model::layers::mlp::Mlp;
 use crate::model::layers::norm::rms_norm;
 use crate::model::layers::rope::Rope;
 use crate::model::placed::{Tensors, dense_matrix};
-use crate::model::vision::{Layout, Project, Projector, VisionConfig, VisionFamily};
+use crate::model::vision::{CONDITIONAL_GENERATION, Layout, Project, Projector, VisionConfig, VisionFamily};
 
 /// Hugging Face ↔ llama.cpp names of a layer's tensors.
 pub const NAMES: [(&str, &str); 13] = [
@@ -294,32 +294,9 @@ impl super::Layer for Layer {
 /// other bidirectionally (a sliding layer still bounds how far back a row looks).
 pub(crate) struct Gemma3Vision;
 
-/// Checkpoints name Gemma 3's parts three ways: the Hub's files (transformers 4), transformers 5's
-/// `save_pretrained` (a tower without `vision_model`), and transformers 5's module tree.
-const GEMMA3_LAYOUTS: [Layout; 3] = [
-    Layout {
-        tower: "vision_tower.vision_model",
-        text: "language_model.model.",
-        lm_head: "language_model.lm_head.weight",
-        projector: "multi_modal_projector.",
-    },
-    Layout {
-        tower: "vision_tower",
-        text: "language_model.model.",
-        lm_head: "language_model.lm_head.weight",
-        projector: "multi_modal_projector.",
-    },
-    Layout {
-        tower: "model.vision_tower.vision_model",
-        text: "model.language_model.",
-        lm_head: "lm_head.weight",
-        projector: "model.multi_modal_projector.",
-    },
-];
-
 impl VisionFamily for Gemma3Vision {
     fn layouts(&self) -> &'static [Layout] {
-        &GEMMA3_LAYOUTS
+        &CONDITIONAL_GENERATION
     }
 
     fn attend(&self) -> Attend {

@@ -20,37 +20,16 @@ use crate::model::config::{ConfigError, ModelConfig};
 use crate::model::input::Attend;
 use crate::model::layers::linear::Linear;
 use crate::model::placed::Tensors;
-use crate::model::vision::{Encoder, Layout, Project, Projector, VisionConfig, VisionFamily};
+use crate::model::vision::{
+    CONDITIONAL_GENERATION, Encoder, Layout, Project, Projector, VisionConfig, VisionFamily,
+};
 
 /// The LLaVA family's vision part.
 pub(crate) struct Llava;
 
-/// The checkpoint layouts: the Hub's llava-hf files (`vision_tower.vision_model`), transformers 5's
-/// `save_pretrained` (a tower without `vision_model`) and transformers 5's module tree.
-const LAYOUTS: [Layout; 3] = [
-    Layout {
-        tower: "vision_tower.vision_model",
-        text: "language_model.model.",
-        lm_head: "language_model.lm_head.weight",
-        projector: "multi_modal_projector.",
-    },
-    Layout {
-        tower: "vision_tower",
-        text: "language_model.model.",
-        lm_head: "language_model.lm_head.weight",
-        projector: "multi_modal_projector.",
-    },
-    Layout {
-        tower: "model.vision_tower.vision_model",
-        text: "model.language_model.",
-        lm_head: "lm_head.weight",
-        projector: "model.multi_modal_projector.",
-    },
-];
-
 impl VisionFamily for Llava {
     fn layouts(&self) -> &'static [Layout] {
-        &LAYOUTS
+        &CONDITIONAL_GENERATION
     }
 
     fn attend(&self) -> Attend {

@@ -51,6 +51,30 @@ pub(crate) struct Layout {
     pub projector: &'static str,
 }
 
+/// How transformers' `Gemma3ForConditionalGeneration` and `LlavaForConditionalGeneration` checkpoints
+/// name their parts, three ways: the Hub's files (transformers 4), transformers 5's `save_pretrained` (a
+/// tower without `vision_model`), and transformers 5's module tree.
+pub(crate) const CONDITIONAL_GENERATION: [Layout; 3] = [
+    Layout {
+        tower: "vision_tower.vision_model",
+        text: "language_model.model.",
+        lm_head: "language_model.lm_head.weight",
+        projector: "multi_modal_projector.",
+    },
+    Layout {
+        tower: "vision_tower",
+        text: "language_model.model.",
+        lm_head: "language_model.lm_head.weight",
+        projector: "multi_modal_projector.",
+    },
+    Layout {
+        tower: "model.vision_tower.vision_model",
+        text: "model.language_model.",
+        lm_head: "lm_head.weight",
+        projector: "model.multi_modal_projector.",
+    },
+];
+
 /// What a multimodal family adds to its language model (one implementation per family, in
 /// `model::arch`).
 pub(crate) trait VisionFamily: Sync {
