@@ -398,7 +398,7 @@ fn inconsistent_family_metadata_is_named() {
 /// An mmproj that does not fit its language model, or is malformed, is an error naming the key or the
 /// tensor, never a panic: another projector type, rows of another width than the LM's hidden size, an LM
 /// vocabulary without the image token, a missing tensor, a tensor of the wrong shape, a text model's GGUF
-/// given as the mmproj.
+/// given as the mmproj. The same from both files whole and streamed in pieces (`GgufLoader::with_mmproj`).
 #[test]
 fn bad_mmproj_files_are_named() {
     use kiln::loader::gguf_write::{tensors_of, write};
@@ -407,12 +407,21 @@ fn bad_mmproj_files_are_named() {
     let mm_bytes = include_bytes!("fixtures/gguf/tiny-smolvlm-mmproj.gguf");
     let (lm, mm) = (Gguf::parse(lm_bytes).unwrap(), Gguf::parse(mm_bytes).unwrap());
     let device = Device::flex();
-    let load = |lm: &[u8], mm: &[u8]| {
-        let (lm, mm) = (Gguf::parse(lm).unwrap(), Gguf::parse(mm).unwrap());
-        kiln::model::vision::gguf::load(&lm, &mm, &device)
+    let load = |lm_bytes: &[u8], mm_bytes: &[u8]| {
+        let (lm, mm) = (Gguf::parse(lm_bytes).unwrap(), Gguf::parse(mm_bytes).unwrap());
+        let whole = kiln::model::vision::gguf::load(&lm, &mm, &device)
             .map(|_| ())
             .unwrap_err()
-            .to_string()
+            .to_string();
+        let mut loader = kiln::engine::runtime::load::GgufLoader::files(&device, 1, |_, _| {}).with_mmproj();
+        let streamed = [lm_bytes, mm_bytes]
+            .into_iter()
+            .enumerate()
+            .try_for_each(|(file, bytes)| bytes.chunks(1000).try_for_each(|p| loader.push_to(file, p)))
+            .and_then(|()| loader.finish("tiny").map(|_| ()))
+            .unwrap_err()
+            .to_string();
+        format!("{whole} | streamed: {streamed}")
     };
     let with_meta = |g: &Gguf, key: &str, v: Value| {
         let mut meta = g.metadata.clone();
@@ -437,7 +446,7 @@ fn bad_mmproj_files_are_named() {
         (load(lm_bytes, lm_bytes), "general.architecture"),
     ];
     for (e, key) in cases {
-        assert!(e.contains(key), "{key}: {e}");
+        assert_eq!(e.matches(key).count(), 2, "{key}: {e}");
     }
     // The LM's vocabulary without `<image>`.
     let mut meta = lm.metadata.clone();
@@ -448,7 +457,7 @@ fn bad_mmproj_files_are_named() {
     }
     let e = load(&write(&meta, &tensors_of(&lm)).unwrap(), mm_bytes);
     assert!(
-        e.contains("<image>") && e.contains("tokenizer.ggml.tokens"),
+        e.matches("<image>").count() == 2 && e.matches("tokenizer.ggml.tokens").count() == 2,
         "{e}"
     );
     // A tensor missing, and one of another shape.
@@ -459,10 +468,10 @@ fn bad_mmproj_files_are_named() {
         .copied()
         .collect();
     let e = load(lm_bytes, &write(&mm.metadata, &missing).unwrap());
-    assert!(e.contains("v.blk.1.ffn_up.weight"), "{e}");
+    assert_eq!(e.matches("v.blk.1.ffn_up.weight").count(), 2, "{e}");
     let e = load(
         lm_bytes,
         &with_meta(&mm, "clip.vision.feed_forward_length", Value::U32(32)),
     );
-    assert!(e.contains("v.blk.0.ffn_up.weight"), "{e}");
+    assert_eq!(e.matches("v.blk.0.ffn_up.weight").count(), 2, "{e}");
 }

@@ -191,7 +191,8 @@ impl<'f> GgufLoader<'f> {
                     vision: Some(v.config),
                     ..s.config
                 };
-                let (decoder, vision) = assemble_in(config, &mut s.staged, &state.device, v.names.layout)?;
+                let (decoder, vision) = assemble_in(config, &mut s.staged, &state.device, v.names.layout)
+                    .map_err(|e| mmproj::in_mmproj(e, &v.names))?;
                 LoadedModel::new(id, decoder, s.tokenizer).with_vision(vision, v.processor)?
             }
         };

@@ -327,6 +327,28 @@ fn mmproj_name(hf: &str, names: &Names) -> Option<String> {
     Some(format!("v.blk.{i}.{ggml}.{kind}"))
 }
 
+/// `e` with a vision tensor's Hugging Face name given with its mmproj name (a missing tensor, a wrong
+/// shape), as a load of the two files reports it.
+pub(crate) fn in_mmproj(e: LoadError, names: &Names) -> LoadError {
+    let named = |hf: String| match mmproj_name(&hf, names) {
+        Some(g) => format!("{g} ({hf})"),
+        None => hf,
+    };
+    match e {
+        LoadError::Missing(hf) => LoadError::Missing(named(hf)),
+        LoadError::Shape {
+            name,
+            expected,
+            actual,
+        } => LoadError::Shape {
+            name: named(name),
+            expected,
+            actual,
+        },
+        e => e,
+    }
+}
+
 /// The Hugging Face name of the mmproj tensor `g` (the inverse of [`mmproj_name`]).
 pub(crate) fn hf_name(g: &str, names: &Names) -> Option<String> {
     let layout = &names.layout;
