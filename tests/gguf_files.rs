@@ -475,3 +475,23 @@ fn bad_mmproj_files_are_named() {
     );
     assert_eq!(e.matches("v.blk.0.ffn_up.weight").count(), 2, "{e}");
 }
+
+/// A weight limit (wasm32's address space on the CPU backend) counts the mmproj's weights with the
+/// language model's: a limit the language model fits alone refuses the pair when their headers are in.
+#[test]
+fn the_mmproj_counts_toward_the_weight_limit() {
+    use kiln::engine::runtime::load::GgufLoader;
+    let lm = include_bytes!("fixtures/gguf/tiny-smolvlm.gguf");
+    let mm = include_bytes!("fixtures/gguf/tiny-smolvlm-mmproj.gguf");
+    let device = Device::flex();
+    let limit = Some(lm.len() as u64);
+    let mut alone = GgufLoader::files(&device, 1, |_, _| {}).with_weight_limit(limit);
+    alone.push(lm).expect("the language model fits alone");
+    alone.finish("tiny").expect("loads");
+    let mut pair = GgufLoader::files(&device, 1, |_, _| {})
+        .with_weight_limit(limit)
+        .with_mmproj();
+    pair.push_to(0, lm).expect("its header waits for the mmproj's");
+    let e = pair.push_to(1, mm).expect_err("the two do not fit").to_string();
+    assert!(e.contains("the model does not fit"), "{e}");
+}

@@ -252,6 +252,11 @@ impl State<'_> {
                 };
                 if let (Some(g), Some(lm)) = (projector.first(), headers.first()) {
                     s.vision = Some(stage_vision(g, lm, &s.config)?);
+                    if let Some(limit) = self.weight_limit {
+                        let all = headers.iter().map(|h| held_bytes(h, &self.device)).sum();
+                        check_fit(g, &self.device, limit, all)?;
+                    }
+                    check_bindings(g, &self.device)?;
                     s.total += g
                         .tensors
                         .iter()
@@ -367,7 +372,7 @@ fn stage(g: &Gguf<'static>, device: &Device, limit: Option<u64>) -> Result<Stagi
         return Err(LoadError::Missing(format!("{g_name} ({missing})")).into());
     }
     if let Some(limit) = limit {
-        check_fit(g, device, limit)?;
+        check_fit(g, device, limit, 0)?;
     }
     check_bindings(g, device)?;
     let total = g.tensors.iter().map(|(_, t)| (t.end - t.start) as u64).sum();
@@ -421,11 +426,10 @@ fn default_limit(device: &Device) -> Option<u64> {
     (cfg!(target_family = "wasm") && cpu).then_some(WASM_WEIGHT_LIMIT)
 }
 
-/// Refuses a model whose weights, as `device` would hold them (quantized blocks packed where it has a
-/// kernel, other tensors widened to f32), take more than `limit` bytes.
-fn check_fit(g: &Gguf<'static>, device: &Device, limit: u64) -> Result<(), EngineError> {
-    let held: u64 = g
-        .tensors
+/// The bytes the weights of `g` take as `device` would hold them (quantized blocks packed where it has a
+/// kernel, other tensors widened to f32).
+fn held_bytes(g: &Gguf<'static>, device: &Device) -> u64 {
+    g.tensors
         .iter()
         .map(|(_, t)| {
             let elements: usize = t.dims.iter().product();
@@ -434,7 +438,13 @@ fn check_fit(g: &Gguf<'static>, device: &Device, limit: u64) -> Result<(), Engin
                 false => 4 * elements as u64,
             }
         })
-        .sum();
+        .sum()
+}
+
+/// Refuses a model whose weights take more than `limit` bytes on `device` ([`held_bytes`]), with `more`
+/// bytes of another file's (an mmproj's).
+fn check_fit(g: &Gguf<'static>, device: &Device, limit: u64, more: u64) -> Result<(), EngineError> {
+    let held = held_bytes(g, device) + more;
     if held > limit {
         return Err(EngineError::TooLarge {
             needed: held >> 20,
