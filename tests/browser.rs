@@ -109,7 +109,7 @@ async fn golden_models_on_cpu_in_wasm() {
 
 /// The vision parts of SmolVLM, Gemma 3 and LLaVA and their language models with the image's rows
 /// against transformers, in Chromium on WebGPU and on the CPU backend in wasm32 (`golden::vision`);
-/// SmolVLM and LLaVA also from llama.cpp's GGUF and mmproj.
+/// each also from llama.cpp's GGUF and mmproj.
 #[wasm_bindgen_test]
 async fn vision_parts_on_webgpu_and_cpu() {
     let gpu = device::gpu().await.expect("a WebGPU adapter");
@@ -123,7 +123,7 @@ async fn vision_parts_on_webgpu_and_cpu() {
             );
         }
     }
-    for (i, (name, ..)) in golden::vision::GGUF_PAIRS.iter().enumerate() {
+    for (i, golden::vision::GgufPair { name, .. }) in golden::vision::GGUF_PAIRS.iter().enumerate() {
         for (on, device) in [("WebGPU", &gpu.device), ("CPU", &cpu)] {
             let [_, _, features, logits] = golden::vision::gguf_pair_matches_transformers(i, device).await;
             console_log!("{name} GGUF + mmproj on {on}: features {features:e}, logits {logits:e}");

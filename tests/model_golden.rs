@@ -350,13 +350,13 @@ fn vision_parts_match_transformers_on_flex_and_wgpu() {
     }
 }
 
-/// SmolVLM and LLaVA from llama.cpp's two files (the language model's GGUF and an idefics3 / mlp
-/// mmproj) give the same features, logits and greedy tokens as transformers, on the CPU backend and on
-/// native wgpu.
+/// SmolVLM, Gemma 3 and LLaVA from llama.cpp's two files (the language model's GGUF and an idefics3,
+/// gemma3 or mlp mmproj) give the same features, logits (within each pair's tolerance) and greedy tokens
+/// as transformers, on the CPU backend and on native wgpu.
 #[test]
 fn vlms_from_gguf_and_mmproj_match_transformers() {
     let gpu = pollster::block_on(kiln::engine::runtime::device::gpu()).expect("a wgpu adapter");
-    for (i, (name, ..)) in golden::vision::GGUF_PAIRS.iter().enumerate() {
+    for (i, golden::vision::GgufPair { name, .. }) in golden::vision::GGUF_PAIRS.iter().enumerate() {
         for (on, device) in [("flex", Device::flex()), ("wgpu", gpu.device.clone())] {
             let [patches, hidden, features, logits] =
                 pollster::block_on(golden::vision::gguf_pair_matches_transformers(i, &device));
