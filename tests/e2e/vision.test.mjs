@@ -7,7 +7,9 @@
 // URL that cannot be fetched, bytes that are not an image, a header declaring more than 50 megapixels.
 // The same model as llama.cpp's two files (`source: { model, mmproj }`) answers the same: through the JS
 // API (with `onImages`), through openai-node on `engine.fetch` (a `data:` URL and an http URL of the test
-// server), and through the Service Worker's `/v1/chat/completions`.
+// server), and through the Service Worker's `/v1/chat/completions`. Gemma 3 (a Hugging Face directory) and
+// LLaVA (llama.cpp's GGUF + mlp mmproj) answer their own goldens (make_golden_gemma3_chat.py,
+// make_golden_llava.py) on WebGPU and the CPU backend.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { clientsBundle, launch } from './browser.mjs';
@@ -186,3 +188,58 @@ test('llama.cpp\'s GGUF + mmproj: the JS API, openai-node on engine.fetch (data:
     await browser.close();
   }
 });
+
+/** Runs in the page: Gemma 3 from its Hugging Face files and LLaVA from its GGUF + mmproj, on `device`. */
+async function familyCases({ device }) {
+  const { Engine } = await import('/pkg/index.js');
+  const gemma = '/fixtures/golden/gemma3_vision/';
+  const llava = '/fixtures/golden/llava/';
+  const models = [
+    {
+      name: 'gemma3', dir: gemma,
+      source: {
+        config: `${gemma}config.json`, tokenizer: `${gemma}tokenizer.json`, tokenizerConfig: `${gemma}tokenizer_config.json`,
+        preprocessor: `${gemma}preprocessor_config.json`, weights: [`${gemma}model.safetensors`],
+      },
+    },
+    { name: 'llava', dir: llava, source: { model: '/fixtures/gguf/tiny-llava.gguf', mmproj: '/fixtures/gguf/tiny-llava-mmproj.gguf' } },
+  ];
+  const out = {};
+  for (const m of models) {
+    const golden = await (await fetch(`${m.dir}chat.json`)).json();
+    const engine = await Engine.load({ model: golden.request.model, source: m.source, device });
+    try {
+      const r = await engine.chat.completions.create(golden.request);
+      out[m.name] = {
+        got: { text: r.choices[0].message.content, prompt: r.usage.prompt_tokens },
+        want: { text: golden.completion_text.skip_special_tokens_true, prompt: golden.prompt_ids.length },
+      };
+    } finally {
+      await engine.unload();
+    }
+  }
+  return out;
+}
+
+for (const device of ['webgpu', 'cpu']) {
+  test(`Gemma 3 (Hugging Face files) and LLaVA (GGUF + mmproj) answer as transformers (${device})`, { timeout: 600_000 }, async () => {
+    assert.ok(url, 'KILN_DEMO_URL (cargo xtask test sets it)');
+    const browser = await launch();
+    try {
+      const page = await browser.newPage();
+      const logs = [];
+      page.on('console', (m) => logs.push(`[${m.type()}] ${m.text()}`));
+      page.on('pageerror', (e) => logs.push(`[pageerror] ${e.message}`));
+      await page.goto(new URL('pkg/package.json', url).href);
+      let r;
+      try {
+        r = await page.evaluate(familyCases, { device });
+      } catch (e) {
+        throw new Error(`${e.message}\n${logs.join('\n')}`);
+      }
+      for (const [name, { got, want }] of Object.entries(r)) assert.deepEqual(got, want, name);
+    } finally {
+      await browser.close();
+    }
+  });
+}
