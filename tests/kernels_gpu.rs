@@ -42,6 +42,9 @@ mod features;
 #[path = "kernels_gpu/multi.rs"]
 mod multi;
 
+#[path = "kernels_gpu/encoder_attention.rs"]
+mod encoder_attention;
+
 mod quant_kernels;
 
 fn device() -> Device {

@@ -33,6 +33,7 @@ pub mod caps;
 pub mod decode;
 mod dequant;
 mod embed;
+pub mod encoder_attention;
 mod gemv;
 mod gemv_multi;
 mod gemv_split;

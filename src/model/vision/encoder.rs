@@ -200,9 +200,11 @@ impl Encoder {
 
     /// Non-causal multi-head attention of `x: [b, n, D]` → `[b, n, D]` (before the output projection):
     /// every patch sees every patch, scores scaled by `d^-½`. On the CPU backend kiln's attention kernel
-    /// with the whole sequence as one bidirectional span; elsewhere burn's ops, a block of queries at a
-    /// time so that no scores tensor exceeds [`SCORES_BYTES`] (Gemma 3's 4096 patches × 16 heads would
-    /// take 1 GiB at once, past what a WebGPU buffer may hold).
+    /// with the whole sequence as one bidirectional span; on wgpu kiln's encoder attention kernel
+    /// (`kernels::gpu::encoder_attention`: online softmax over tiles of keys, no score matrix; heads up to
+    /// 128 wide); elsewhere burn's ops, a block of queries at a time so that no scores tensor exceeds
+    /// [`SCORES_BYTES`] (Gemma 3's 4096 patches × 16 heads would take 1 GiB at once, past what a WebGPU
+    /// buffer may hold).
     fn attention(&self, q: &Linear, k: &Linear, v: &Linear, x: Tensor<3>) -> Tensor<3> {
         let [b, n, dm] = x.dims();
         let heads = self.config.num_heads;
@@ -220,6 +222,14 @@ impl Encoder {
         };
         if let Some(y) = kernels::attention(&q, &k, &v, scale, None, mask) {
             return y;
+        }
+        #[cfg(feature = "webgpu")]
+        if matches!(q.device().as_dispatch(), burn::backend::DispatchDevice::Cube(_))
+            && d <= kernels::gpu::encoder_attention::MAX_HEAD_DIM
+        {
+            return kernels::gpu::encoder_attention::encoder_attention(q, k, v, scale as f32)
+                .swap_dims(1, 2)
+                .reshape([b, n, dm]);
         }
         blocked_attention(q, k, v, scale, query_block(b, heads, n))
             .swap_dims(1, 2)
