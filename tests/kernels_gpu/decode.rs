@@ -474,3 +474,24 @@ fn check_silu_mul(feat: Features) {
     let got = read(fused::gated(t(&g), t(&u), Gate::Silu, feat));
     close_rel(&got, &want, 1e-5, rounding(feat), &format!("silu_mul {feat:?}"));
 }
+
+/// A long cache with a wide head on every adapter: 9000 cached positions at `d = 128`, split as
+/// `split_len` splits them (also on a software adapter, where one workgroup per head would run a thread's
+/// loops past the 65 535 iterations after which lavapipe, Mesa 22, ends them early without an error:
+/// that gave wrong outputs), and a span of `SOFTWARE_SPAN` positions taken whole.
+#[test]
+fn long_caches_attend_as_the_host_does() {
+    let mut rng = Rng(0xD3C0_0009);
+    let caps = kiln::kernels::caps::Caps::of(&device());
+    let chunk = fused::split_len(9000, caps);
+    assert_eq!(chunk, Some(fused::SPLIT));
+    check_attention(
+        &mut rng,
+        &Case {
+            chunk,
+            ..case((1, 1, 1, 128, 9010, 9000))
+        },
+    );
+    let whole = fused::SOFTWARE_SPAN;
+    check_attention(&mut rng, &case((1, 1, 1, 128, whole + 2, whole)));
+}

@@ -23,7 +23,9 @@
 
 mod attention;
 
-pub use attention::{Attend, CacheSlot, SPLIT, attention_append, attention_append_split, split_len};
+pub use attention::{
+    Attend, CacheSlot, SOFTWARE_SPAN, SPLIT, attention_append, attention_append_split, split_len,
+};
 
 use burn::backend::Cube;
 use burn::tensor::{DType, Shape, Tensor};

@@ -376,10 +376,17 @@ pub fn attention_append(
 /// Cached positions per split of the attention kernel: a span of at least `2 · SPLIT` cached positions is
 /// cut into splits of [`SPLIT`] on GPUs, where one workgroup per head would leave most of the machine
 /// idle (a 9-head model's 9 workgroups); software adapters, whose few CPU threads the heads already
-/// fill, take the span whole (`None`).
+/// fill, take the span whole (`None`) up to [`SOFTWARE_SPAN`] positions.
 pub fn split_len(span: usize, caps: Caps) -> Option<usize> {
-    (span >= 2 * SPLIT && !caps.software).then_some(SPLIT)
+    (span >= 2 * SPLIT && (!caps.software || span > SOFTWARE_SPAN)).then_some(SPLIT)
 }
+
+/// The longest span a software adapter takes whole. lavapipe (Mesa 22) silently ends a shader's loops
+/// once an invocation has run 65 535 iterations of them all together (`LP_MAX_TGSI_LOOP_ITERATIONS`); a
+/// thread's loops over a whole span run about `2·d` iterations for each of its `span / ATT_WG` positions
+/// (heads wider than 64 keep their feature loops), so 9000 positions at `d = 128` came out wrong. Split,
+/// a thread takes `SPLIT / ATT_WG` positions.
+pub const SOFTWARE_SPAN: usize = 2048;
 
 /// Cached positions per split where the attention is split ([`split_len`]): 8 per thread.
 pub const SPLIT: usize = 256;
