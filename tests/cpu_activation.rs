@@ -1,13 +1,15 @@
 //! The CPU backend's element-wise kernels (`kiln::kernels::cpu::activation`) against f64 references, and
 //! their tensor-level entry points (`kiln::kernels::{silu_mul, softmax_last}`) against burn's own ops;
 //! likewise the row kernels (`kiln::kernels::cpu::rows`: RMSNorm, rope) and `kiln::kernels::{rms_norm,
-//! rope}`, and the pieces the thread team splits them into against one thread.
+//! rope, layer_norm}`, the vision encoders' GELUs and LayerNorm against f64, and the pieces the thread
+//! team splits them into against one thread.
 //!
 //! Tolerances: `exp` within 2 ulp of the exact value where the result is a normal f32 (and 0 below);
 //! SiLU·up and softmax within 1e-6 relative of f64 (a few ulp: the `exp`, one division, a sum of at most
 //! a few thousand positive terms), plus for softmax the f32 rounding of `x − max` itself; RMSNorm within
-//! 1e-6 relative of f64 (a sum of squares in another order than burn's, a root, a division); the rope and
-//! every split bit for bit (the same f32 operations in the same order).
+//! 1e-6 relative of f64 (a sum of squares in another order than burn's, a root, a division); the GELUs
+//! and LayerNorm as their tests say; the rope and every split bit for bit (the same f32 operations in the
+//! same order).
 
 use burn::tensor::{Device, Tensor, TensorData};
 use kiln::kernels::cpu::attention::Heads;
@@ -151,6 +153,122 @@ fn tensor_entry_points_match_burn_on_flex() {
     }
 }
 
+/// The vision encoders' GELUs against f64: `x / (1 + e^(k·x·(1 + c·x²)))`, the tanh form's value
+/// (`0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))` is the same function) and quick GELU's `x·σ(1.702·x)`.
+/// Tolerance: the `exp` (2 ulp) and the division, plus the f32 roundings of its argument `a` (five
+/// operations), which the result carries as a relative error of up to `2·|a|` ulps: `(2·|a| + 4) · 2⁻²³`
+/// relative.
+#[test]
+fn gelus_against_f64() {
+    let n = 4099;
+    let x: Vec<f32> = (0..n).map(|i| (i as f32 - 2049.0) / 128.0).collect();
+    type Unary = fn(&[f32], &mut [f32]);
+    let cases: [(&str, Unary, f64, f64); 2] = [
+        (
+            "gelu_tanh",
+            activation::gelu_tanh,
+            -2.0 * (2.0 / std::f64::consts::PI).sqrt(),
+            0.044_715,
+        ),
+        ("quick_gelu", activation::quick_gelu, -1.702, 0.0),
+    ];
+    for (what, f, k, c) in cases {
+        let mut out = vec![f32::NAN; n];
+        f(&x, &mut out);
+        let mut pieces = vec![f32::NAN; n];
+        activation::unary(f, &x, &mut pieces);
+        for i in 0..n {
+            let v = f64::from(x[i]);
+            let a = k * v * (1.0 + c * v * v);
+            let want = v / (1.0 + a.exp());
+            let err = (f64::from(out[i]) - want).abs();
+            assert!(
+                err <= (2.0 * a.abs() + 4.0) * f64::from(f32::EPSILON) * want.abs() + 1e-30,
+                "{what}({v}) = {} against {want}",
+                out[i]
+            );
+            assert_eq!(out[i].to_bits(), pieces[i].to_bits(), "{what}: `unary` at {i}");
+        }
+    }
+    let device = Device::flex();
+    let t = Tensor::<2>::from_data(TensorData::new(x[..4096].to_vec(), [64, 64]), &device);
+    let ours = kernels::gelu_tanh(t.clone())
+        .into_data()
+        .try_to_vec::<f32>()
+        .unwrap();
+    let erf = burn::tensor::activation::gelu(t)
+        .into_data()
+        .try_to_vec::<f32>()
+        .unwrap();
+    // The tanh approximation stays within 1e-3 of the exact (erf) GELU everywhere.
+    for (i, (a, b)) in ours.iter().zip(&erf).enumerate() {
+        assert!((a - b).abs() <= 1e-3, "gelu_tanh[{i}] = {a}, the exact GELU {b}");
+    }
+}
+
+/// LayerNorm against f64, the rows of `rms_norm_against_f64` with a bias. Tolerance: 1e-5 of the output's
+/// scale (`|w|·|normalised| + |b|`, plus 1): the row's mean and variance summed in f32 in eight lanes.
+#[test]
+fn layer_norm_against_f64() {
+    for cols in [1usize, 7, 8, 9, 64, 768, 1152] {
+        let rows = 5;
+        let mut x = wave(rows * cols, cols);
+        // A row off zero (its mean subtracted), and a constant one (zero variance: `eps` alone).
+        x[..cols].iter_mut().for_each(|v| *v = *v * 0.5 + 3.0);
+        x[cols..2 * cols].fill(0.5);
+        let (w, b) = (wave(cols, 7), wave(cols, 8));
+        let eps = 1e-6f32;
+        let mut out = vec![f32::NAN; x.len()];
+        rows::layer_norm(&x, &w, &b, eps, &mut out);
+        for r in 0..rows {
+            let row: Vec<f64> = x[r * cols..(r + 1) * cols]
+                .iter()
+                .map(|&v| f64::from(v))
+                .collect();
+            let mean = row.iter().sum::<f64>() / cols as f64;
+            let var = row.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / cols as f64;
+            let inv = 1.0 / (var + f64::from(eps)).sqrt();
+            for c in 0..cols {
+                let norm = (row[c] - mean) * inv;
+                let want = norm * f64::from(w[c]) + f64::from(b[c]);
+                let got = f64::from(out[r * cols + c]);
+                let scale = norm.abs() * f64::from(w[c]).abs() + f64::from(b[c]).abs() + 1.0;
+                assert!(
+                    (got - want).abs() <= 1e-5 * scale,
+                    "cols {cols}: layer_norm[{r}, {c}] = {got} against {want}"
+                );
+            }
+        }
+    }
+    // The tensor entry point, as burn's ops compute it.
+    let device = Device::flex();
+    let (rows_n, cols) = (6, 40);
+    let x = Tensor::<2>::from_data(TensorData::new(wave(rows_n * cols, 3), [rows_n, cols]), &device);
+    let w = Tensor::<1>::from_data(TensorData::new(wave(cols, 4), [cols]), &device);
+    let b = Tensor::<1>::from_data(TensorData::new(wave(cols, 5), [cols]), &device);
+    let ours = kernels::layer_norm(&x, &w, &b, 1e-5)
+        .expect("flex")
+        .into_data()
+        .try_to_vec::<f32>()
+        .unwrap();
+    let centred = x.clone() - x.mean_dim(1);
+    let inv = (centred.clone() * centred.clone())
+        .mean_dim(1)
+        .add_scalar(1e-5)
+        .sqrt()
+        .recip();
+    let burns = (centred * inv * w.unsqueeze::<2>() + b.unsqueeze::<2>())
+        .into_data()
+        .try_to_vec::<f32>()
+        .unwrap();
+    for (i, (a, b)) in ours.iter().zip(&burns).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-5 * b.abs().max(1.0),
+            "layer_norm[{i}]: {a} against burn's {b}"
+        );
+    }
+}
+
 /// `gated` (cut into pieces across the thread team in the `threads` build, `cargo test --features threads`)
 /// gives every element its one-pass value, bit for bit, the tail past the last whole piece included.
 #[test]
@@ -168,6 +286,22 @@ fn gated_pieces_match_one_pass_bit_for_bit() {
         f(&gate, &up, &mut one);
         let mut pieces = vec![f32::NAN; n];
         activation::gated(f, &gate, &up, &mut pieces);
+        let differ = one
+            .iter()
+            .zip(&pieces)
+            .position(|(a, b)| a.to_bits() != b.to_bits());
+        assert_eq!(differ, None, "{what}: first element that differs");
+    }
+    type Unary = fn(&[f32], &mut [f32]);
+    let unary: [(&str, Unary); 2] = [
+        ("gelu_tanh", activation::gelu_tanh),
+        ("quick_gelu", activation::quick_gelu),
+    ];
+    for (what, f) in unary {
+        let mut one = vec![0.0; n];
+        f(&gate, &mut one);
+        let mut pieces = vec![f32::NAN; n];
+        activation::unary(f, &gate, &mut pieces);
         let differ = one
             .iter()
             .zip(&pieces)
@@ -314,6 +448,8 @@ fn row_pieces_match_one_thread_bit_for_bit() {
     let w = wave(cols, 10);
     let mut one = vec![0.0; x.len()];
     rows::rms_norm_on(1, &x, &w, 1e-6, &mut one);
+    let mut ln_one = vec![0.0; x.len()];
+    rows::layer_norm_on(1, &x, &w, &wave(cols, 11), 1e-6, &mut ln_one);
     let (b, n, s, d) = (1, 9, 2 * rows::PIECE / (9 * 64) + 3, 64);
     let view = Heads {
         data: &x[..b * n * s * d],
@@ -333,6 +469,13 @@ fn row_pieces_match_one_thread_bit_for_bit() {
             .zip(&split)
             .position(|(a, b)| a.to_bits() != b.to_bits());
         assert_eq!(differ, None, "rms_norm on {threads} threads");
+        let mut split = vec![f32::NAN; x.len()];
+        rows::layer_norm_on(threads, &x, &w, &wave(cols, 11), 1e-6, &mut split);
+        let differ = ln_one
+            .iter()
+            .zip(&split)
+            .position(|(a, b)| a.to_bits() != b.to_bits());
+        assert_eq!(differ, None, "layer_norm on {threads} threads");
         let mut split = vec![f32::NAN; rope_one.len()];
         rows::rope_on(threads, view, (b, n, s, d), &cos, &sin, &mut split);
         let differ = rope_one

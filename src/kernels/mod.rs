@@ -67,13 +67,16 @@ enum Store {
 
 impl QuantWeight {
     /// Whether [`QuantWeight::place`] keeps a matrix of `ty` taking `bytes` in its blocks on `device`
-    /// (else the model holds it dense, in f32): quantized types where the device has a kernel; on wgpu
-    /// also 16-bit floats, and f32 matrices too large for one storage buffer binding (a dense burn tensor
-    /// is one buffer; a [`gpu::GpuWeight`] splits).
+    /// (else the model holds it dense, in f32): quantized types and 16-bit floats where the device has a
+    /// kernel (the CPU's widen f16/bf16 as they multiply: half the memory of f32, and the threaded build
+    /// splits their products as it does the quantized ones); on wgpu also f32 matrices too large for one
+    /// storage buffer binding (a dense burn tensor is one buffer; a [`gpu::GpuWeight`] splits).
     #[cfg_attr(not(feature = "webgpu"), allow(unused_variables))]
     pub fn keeps(ty: GgmlType, bytes: usize, device: &Device) -> bool {
         match device.as_dispatch() {
-            DispatchDevice::Flex(_) => ty.is_quantized() && cpu::supports(ty),
+            DispatchDevice::Flex(_) => {
+                (ty.is_quantized() || matches!(ty, GgmlType::F16 | GgmlType::BF16)) && cpu::supports(ty)
+            }
             #[cfg(feature = "webgpu")]
             DispatchDevice::Cube(_) => {
                 let too_big = max_binding_bytes(device).is_some_and(|limit| bytes as u64 > limit);
@@ -235,6 +238,40 @@ pub fn gelu_tanh_mul<const D: usize>(gate: Tensor<D>, up: Tensor<D>) -> Tensor<D
     }
 }
 
+/// GELU's tanh approximation, `0.5·x·(1 + tanh(z))` with `z = √(2/π)·(x + 0.044715·x³)`, element-wise on
+/// the tensor's device: one pass with a vectorized `exp` on the CPU backend ([`cpu::activation`]); burn's
+/// ops elsewhere, as `x / (1 + e^(−2z))` (no `tanh`: see [`gelu_tanh_mul`]).
+pub fn gelu_tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    match x.device().as_dispatch() {
+        DispatchDevice::Flex(_) => flex_unary(x, cpu::activation::gelu_tanh),
+        _ => {
+            let cube = x.clone() * x.clone() * x.clone();
+            let z = (x.clone() + cube.mul_scalar(0.044_715))
+                .mul_scalar(-2.0 * (2.0 / std::f64::consts::PI).sqrt());
+            x / z.exp().add_scalar(1.0)
+        }
+    }
+}
+
+/// CLIP's `quick_gelu(x) = x · σ(1.702·x)`, element-wise on the tensor's device (as [`gelu_tanh`]).
+pub fn quick_gelu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    match x.device().as_dispatch() {
+        DispatchDevice::Flex(_) => flex_unary(x, cpu::activation::quick_gelu),
+        _ => x.clone() * burn::tensor::activation::sigmoid(x.mul_scalar(1.702)),
+    }
+}
+
+/// `f(x, out)` over the values of a flex tensor, into a new tensor of its shape.
+fn flex_unary<const D: usize>(x: Tensor<D>, f: fn(&[f32], &mut [f32])) -> Tensor<D> {
+    let shape = x.shape();
+    let out = with_flex_values(x, |x| {
+        let mut out = vec![0.0; x.len()];
+        cpu::activation::unary(f, x, &mut out);
+        out
+    });
+    Tensor::from_primitive::<Flex>(FlexTensor::from_data(TensorData::new(out, shape)))
+}
+
 /// `cap · tanh(x / cap)` (logit softcapping), as `cap · (1 − 2 / (e^(2x/cap) + 1))`: finite for every finite
 /// `x` on every device (a WebGPU `tanh` computed as a quotient of exponentials is NaN for large arguments).
 pub fn softcap<const D: usize>(x: Tensor<D>, cap: f64) -> Tensor<D> {
@@ -270,6 +307,33 @@ pub fn rms_norm<const D: usize>(x: &Tensor<D>, weight: &Tensor<1>, eps: f64) -> 
             let mut out = vec![0.0; x.len()];
             cpu::rows::rms_norm(x, w, eps as f32, &mut out);
             out
+        })
+    });
+    Some(Tensor::from_primitive::<Flex>(FlexTensor::from_data(
+        TensorData::new(out, shape),
+    )))
+}
+
+/// LayerNorm over the last dimension (`(x − mean) / √(var + eps) · weight + bias`, `x: [..., h]`, `weight`
+/// and `bias` `[h]`) on the CPU backend: one pass per row ([`cpu::rows::layer_norm`], split across threads
+/// in the `threads` build). `None` on any other device, whose caller takes burn's ops.
+pub fn layer_norm<const D: usize>(
+    x: &Tensor<D>,
+    weight: &Tensor<1>,
+    bias: &Tensor<1>,
+    eps: f64,
+) -> Option<Tensor<D>> {
+    if !matches!(x.device().as_dispatch(), DispatchDevice::Flex(_)) {
+        return None;
+    }
+    let shape = x.shape();
+    let out = with_flex_values(x.clone(), |x| {
+        with_flex_values(weight.clone(), |w| {
+            with_flex_values(bias.clone(), |b| {
+                let mut out = vec![0.0; x.len()];
+                cpu::rows::layer_norm(x, w, b, eps as f32, &mut out);
+                out
+            })
         })
     });
     Some(Tensor::from_primitive::<Flex>(FlexTensor::from_data(

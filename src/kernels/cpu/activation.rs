@@ -1,5 +1,6 @@
-//! The decoder's transcendental element-wise ops on the CPU: the SiLU gate times the up projection and
-//! the attention softmax, over f32 slices, with an `exp` that vectorizes.
+//! The decoder's transcendental element-wise ops on the CPU: the SiLU gate times the up projection, the
+//! vision encoders' GELUs (tanh and quick) and the attention softmax, over f32 slices, with an `exp` that
+//! vectorizes.
 //!
 //! Why kiln's own: burn-flex computes `exp` through libm's scalar `expf` (a call per element on wasm32),
 //! which was 7–8 % of a SmolLM2 prefill in Chromium (CPU profile of a 64- and a 512-token prompt), and its
@@ -163,6 +164,53 @@ pub fn gelu_tanh_mul(gate: &[f32], up: &[f32], out: &mut [f32]) {
     for ((o, &g), &u) in out[done..].iter_mut().zip(&gate[done..]).zip(&up[done..]) {
         *o = g / (1.0 + exp(K * g * (1.0 + C * g * g))) * u;
     }
+}
+
+/// `f(x, out)` for an element-wise activation ([`gelu_tanh`], [`quick_gelu`]), split across the team in
+/// the `threads` build as [`gated`] is.
+pub fn unary(f: fn(&[f32], &mut [f32]), x: &[f32], out: &mut [f32]) {
+    assert!(x.len() == out.len());
+    let dst = super::split::Disjoint(out.as_mut_ptr());
+    super::rows::for_rows(super::rows::threads(), out.len(), 1, &|range| {
+        // SAFETY: as in `gated`: each range is within `out` and written by one piece only.
+        let o = unsafe { std::slice::from_raw_parts_mut(dst.at(range.start), range.len()) };
+        f(&x[range], o);
+    });
+}
+
+/// `out[i] = x[i] / (1 + e^(k·p(x[i])))` with `p(x) = x·(1 + c·x²)`: GELU's tanh approximation for
+/// `k = −2·√(2/π)`, `c = 0.044715` ([`gelu_tanh_mul`] without the product), quick GELU (`x·σ(1.702·x)`)
+/// for `k = −1.702`, `c = 0`.
+#[inline(always)]
+fn sigmoid_gate<const K: u32, const C: u32>(x: &[f32], out: &mut [f32]) {
+    assert!(x.len() == out.len());
+    let (k, c) = (f32::from_bits(K), f32::from_bits(C));
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    let done = {
+        let (one, kv, cv) = (f32x4_splat(1.0), f32x4_splat(k), f32x4_splat(c));
+        let (x4, o4) = (x.as_chunks::<4>().0, out.as_chunks_mut::<4>().0);
+        for (o, x) in o4.iter_mut().zip(x4) {
+            let g = load(x);
+            let inner = f32x4_mul(g, f32x4_add(one, f32x4_mul(cv, f32x4_mul(g, g))));
+            store(o, f32x4_div(g, f32x4_add(one, exp4(f32x4_mul(kv, inner)))));
+        }
+        x4.len() * 4
+    };
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+    let done = 0;
+    for (o, &g) in out[done..].iter_mut().zip(&x[done..]) {
+        *o = g / (1.0 + exp(k * g * (1.0 + c * g * g)));
+    }
+}
+
+/// `out[i] = gelu_tanh(x[i])` (PyTorch's `approximate="tanh"`), as [`gelu_tanh_mul`] computes the gate.
+pub fn gelu_tanh(x: &[f32], out: &mut [f32]) {
+    sigmoid_gate::<{ (-1.595_769_f32).to_bits() }, { 0.044_715_f32.to_bits() }>(x, out);
+}
+
+/// `out[i] = x[i] · σ(1.702·x[i])` (CLIP's `quick_gelu`).
+pub fn quick_gelu(x: &[f32], out: &mut [f32]) {
+    sigmoid_gate::<{ (-1.702_f32).to_bits() }, { 0.0_f32.to_bits() }>(x, out);
 }
 
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]

@@ -1,6 +1,8 @@
-//! F32, F16 and BF16 weights: each row widened to f32 once per call, then f32 dot products against up to
-//! four activation rows at a time, eight independent lanes per row (f32 sums are not reassociated by the
-//! compiler, so the lanes are what lets it vectorize; they are summed pairwise at the end).
+//! F32, F16 and BF16 weights. Decode (fewer than [`super::panel::ROWS_FROM`] activation rows): each row
+//! widened to f32 once per call, then f32 dot products against up to four activation rows at a time, eight
+//! independent lanes per row (f32 sums are not reassociated by the compiler, so the lanes are what lets it
+//! vectorize; they are summed pairwise at the end). Prefill (an encoder's 1024 patches, a prompt): panels
+//! of rows widened to f32 and multiplied by `gemm` ([`super::panel`]), as the quantized formats do.
 //!
 //! [`matmul_f32`] is the same kernel on f32 weights already in memory: the baseline the quantized kernels
 //! are measured against.
@@ -68,6 +70,11 @@ pub fn matmul_bytes<const B: usize>(
     y: &mut [f32],
     widen: impl Fn(&[u8; B]) -> f32,
 ) {
+    if m >= super::panel::ROWS_FROM {
+        let mut decode = Widen::<B, _>(widen);
+        super::panel::matmul(w, k * B, n, k, x, m, y, &mut decode);
+        return;
+    }
     let mut row = vec![0.0f32; k];
     let (elems, _) = w.as_chunks::<B>();
     for (col, wrow) in elems.chunks_exact(k).take(n).enumerate() {
@@ -75,6 +82,18 @@ pub fn matmul_bytes<const B: usize>(
             *o = widen(b);
         }
         store_col(&row, x, k, m, n, col, y);
+    }
+}
+
+/// Weight rows of `B`-byte floats widened to f32 for the prefill panels ([`super::panel`]).
+struct Widen<const B: usize, F>(F);
+
+impl<const B: usize, F: Fn(&[u8; B]) -> f32> super::panel::DecodeRow for Widen<B, F> {
+    #[inline(always)]
+    fn decode_row(&mut self, row: &[u8], out: &mut [f32]) {
+        for (o, b) in out.iter_mut().zip(row.as_chunks::<B>().0) {
+            *o = (self.0)(b);
+        }
     }
 }
 

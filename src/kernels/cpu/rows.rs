@@ -1,5 +1,7 @@
 //! Row-wise kernels of a layer on the CPU, each one pass over its rows where burn's ops take several: the
-//! RMSNorm ([`rms_norm`], seven tensor ops on the generic path) and the rotate-half rotary embedding
+//! RMSNorm ([`rms_norm`], seven tensor ops on the generic path), the vision encoders' LayerNorm
+//! ([`layer_norm`], three passes per row where the generic path makes nine tensor ops, its square a `powf`
+//! per element) and the rotate-half rotary embedding
 //! ([`rope`], about a dozen: narrows, four products, a sum, a difference, a concatenation). In a decode
 //! step the generic path's cost is mostly the ops themselves (an allocation and a dispatch each, on tensors
 //! of one row), in a prefill the passes over memory; both run on one thread there.
@@ -10,7 +12,8 @@
 //!
 //! Accuracy: [`rope`] rounds as the generic path does (each product, then the sum or difference: the same
 //! f32 operations in the same order, so the same bits). [`rms_norm`] sums the squares in eight lanes
-//! (another order than burn's `mean_dim`), then as the generic path: `x · (1 / √(mean + eps)) · w`.
+//! (another order than burn's `mean_dim`), then as the generic path: `x · (1 / √(mean + eps)) · w`;
+//! [`layer_norm`] likewise sums the row and the squares of the centred row in eight lanes.
 
 use super::attention::Heads;
 
@@ -68,6 +71,49 @@ pub fn rms_norm_on(threads: usize, x: &[f32], w: &[f32], eps: f32, out: &mut [f3
             }
         }
     });
+}
+
+/// LayerNorm of each row of `cols = w.len()` elements: `out = (x − mean) / √(var + eps) · w + b`, the
+/// biased variance of the centred row (PyTorch's `LayerNorm`). `x` and `out` are `rows × cols` row-major, of
+/// one length, a multiple of `cols`; `b` is as long as `w`.
+pub fn layer_norm(x: &[f32], w: &[f32], b: &[f32], eps: f32, out: &mut [f32]) {
+    layer_norm_on(threads(), x, w, b, eps, out);
+}
+
+/// [`layer_norm`] on `threads` threads, whatever the build (as [`rms_norm_on`]).
+pub fn layer_norm_on(threads: usize, x: &[f32], w: &[f32], b: &[f32], eps: f32, out: &mut [f32]) {
+    let cols = w.len();
+    assert!(cols > 0 && b.len() == cols && x.len() == out.len() && x.len().is_multiple_of(cols));
+    let dst = super::split::Disjoint(out.as_mut_ptr());
+    for_rows(threads, x.len() / cols, cols, &|range| {
+        // SAFETY: as in `rms_norm_on`: each range of rows is written by one piece only.
+        let out = unsafe { std::slice::from_raw_parts_mut(dst.at(range.start * cols), range.len() * cols) };
+        let x = &x[range.start * cols..range.end * cols];
+        for (o, x) in out.chunks_exact_mut(cols).zip(x.chunks_exact(cols)) {
+            let mean = sum(x) / cols as f32;
+            // The centred row goes into `o` first: its squares give the variance, then it is scaled in place.
+            for (o, &x) in o.iter_mut().zip(x) {
+                *o = x - mean;
+            }
+            let inv = 1.0 / (sum_squares(o) / cols as f32 + eps).sqrt();
+            for ((o, &w), &b) in o.iter_mut().zip(w).zip(b) {
+                *o = *o * inv * w + b;
+            }
+        }
+    });
+}
+
+/// `Σ x` in eight lanes (vectorized by LLVM), the lanes added pairwise, then the tail.
+fn sum(x: &[f32]) -> f32 {
+    let (chunks, tail) = x.as_chunks::<8>();
+    let mut acc = [0.0f32; 8];
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += v;
+        }
+    }
+    let [a, b, c, d, e, f, g, h] = acc;
+    ((a + e) + (b + f)) + ((c + g) + (d + h)) + tail.iter().sum::<f32>()
 }
 
 /// `Σ x²` in eight lanes (vectorized by LLVM), the lanes added pairwise, then the tail.

@@ -27,14 +27,16 @@ pub fn rms_norm<const D: usize>(x: Tensor<D>, weight: Tensor<1>, eps: f64) -> Te
 }
 
 /// LayerNorm over the last dimension: `y = (x − mean) / sqrt(var + eps) · weight + bias` (the biased
-/// variance, as PyTorch's `LayerNorm`).
+/// variance, as PyTorch's `LayerNorm`). On the CPU backend one pass per row ([`kernels::layer_norm`]),
+/// elsewhere burn's ops.
 ///
 /// Shapes: `x` is `[..., hidden]`, `weight` and `bias` are `[hidden]`; the result has the shape of `x`.
 pub fn layer_norm<const D: usize>(x: Tensor<D>, weight: &Tensor<1>, bias: &Tensor<1>, eps: f64) -> Tensor<D> {
+    if let Some(y) = kernels::layer_norm(&x, weight, bias, eps) {
+        return y;
+    }
     let centred = x.clone() - x.mean_dim(D - 1);
-    let inv_std = centred
-        .clone()
-        .powi_scalar(2)
+    let inv_std = (centred.clone() * centred.clone())
         .mean_dim(D - 1)
         .add_scalar(eps)
         .sqrt()

@@ -180,8 +180,8 @@ impl Encoder {
             x = x + l.o.forward(self.attention(&l.q, &l.k, &l.v, h));
             let h = l.fc1.forward(l.ln2.forward(x.clone(), eps));
             let h = match self.config.act {
-                VisionAct::GeluTanh => gelu_tanh(h),
-                VisionAct::QuickGelu => quick_gelu(h),
+                VisionAct::GeluTanh => kernels::gelu_tanh(h),
+                VisionAct::QuickGelu => kernels::quick_gelu(h),
             };
             x = x + l.fc2.forward(h);
         }
@@ -261,19 +261,6 @@ fn blocked_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, scale: f64, block
         out.push(kernels::softmax_last(scores).matmul(v.clone())); // [b, H, rows, d]
     }
     Tensor::cat(out, 2)
-}
-
-/// CLIP's `quick_gelu(x) = x · σ(1.702 x)`.
-fn quick_gelu(x: Tensor<3>) -> Tensor<3> {
-    x.clone() * burn::tensor::activation::sigmoid(x.mul_scalar(1.702))
-}
-
-/// `gelu_tanh(x) = 0.5·x·(1 + tanh(z))`, `z = √(2/π)·(x + 0.044715·x³)`, written `x / (1 + e^(−2z))`:
-/// no `tanh`, which some WebGPU implementations compute as a ratio of exponentials that overflows.
-fn gelu_tanh(x: Tensor<3>) -> Tensor<3> {
-    let cube = x.clone().powi_scalar(3).mul_scalar(0.044_715);
-    let z = (x.clone() + cube).mul_scalar(-2.0 * (2.0 / std::f64::consts::PI).sqrt());
-    x / z.exp().add_scalar(1.0)
 }
 
 #[cfg(test)]
