@@ -209,6 +209,16 @@ fn q6_k() {
     check_type(GgmlType::Q6_K, 6);
 }
 
+/// More activation rows than one block of the prefill panels takes at this width (64 at k = 4096: an
+/// encoder's 1024 patches per tile are several), so the blocks' results land in the right rows.
+#[test]
+fn rows_past_one_block() {
+    let mut rng = Rng(41);
+    for ty in [GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_K] {
+        check(ty, 150, 50, 4096 / ty.block_elems(), &mut rng);
+    }
+}
+
 #[test]
 fn f16() {
     check_type(GgmlType::F16, 7);

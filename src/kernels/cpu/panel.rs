@@ -77,6 +77,53 @@ pub fn matmul(
     }
     let np = panel_rows(k).min(n);
     let mut panel = vec![0.0f32; np * k];
+    // Activation rows a block at a time (outside the panels), so the block `gemm` packs for each panel is
+    // read from the cache rather than from memory: an encoder's 5 tiles are 5120 rows (15 MiB at k = 768),
+    // which every panel would otherwise stream in whole. A panel is then decoded once per block.
+    let mb = x_rows(k);
+    for m0 in (0..m).step_by(mb) {
+        let mr = mb.min(m - m0);
+        block(
+            w,
+            row_bytes,
+            n,
+            k,
+            &x[m0 * k..(m0 + mr) * k],
+            mr,
+            &mut y[m0 * n..(m0 + mr) * n],
+            decode,
+            &mut panel,
+            np,
+        );
+    }
+}
+
+/// Activation rows per block of [`matmul`]: `X_BYTES` of them, at least 64 and a multiple of 16.
+fn x_rows(k: usize) -> usize {
+    (X_BYTES / (4 * k.max(1))).clamp(64, 4096) / 16 * 16
+}
+
+/// Bytes of f32 activations per block of [`matmul`] (within a core's L2 with the panel).
+const X_BYTES: usize = 1 << 20;
+
+/// [`matmul`] of one block of `m` activation rows (`x`, and `y` from its first row), panel by panel.
+#[inline(always)]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the product's shape, its operands, the row decoder and the panel's buffer"
+)]
+fn block(
+    w: &[u8],
+    row_bytes: usize,
+    n: usize,
+    k: usize,
+    x: &[f32],
+    m: usize,
+    y: &mut [f32],
+    decode: &mut impl DecodeRow,
+    panel: &mut [f32],
+    np: usize,
+) {
     for n0 in (0..n).step_by(np) {
         let rows = np.min(n - n0);
         for (i, out) in panel.chunks_exact_mut(k).take(rows).enumerate() {
