@@ -70,10 +70,12 @@ pub fn run(parts: usize, helpers: usize, work: &(dyn Fn(usize) + Sync)) {
         job.help();
         return;
     }
-    EPOCH.fetch_add(1, SeqCst);
+    let before = EPOCH.fetch_add(1, SeqCst);
     while HELPERS.load(SeqCst) < helpers {
         HELPERS.fetch_add(1, SeqCst);
-        rayon::spawn(helper);
+        // A helper started for this job counts it as not yet seen (loading EPOCH when it starts would
+        // count it as seen, and it would sit out the very product it was started for).
+        rayon::spawn(move || helper(before));
     }
     job.help();
     while job.done.load(SeqCst) < parts {
@@ -85,10 +87,10 @@ pub fn run(parts: usize, helpers: usize, work: &(dyn Fn(usize) + Sync)) {
     }
 }
 
-/// A helper: polls the slot, helps with each job it finds, and leaves after [`IDLE_SPINS`] empty polls.
-fn helper() {
+/// A helper: polls the slot, helps with each job it finds after epoch `seen`, and leaves after
+/// [`IDLE_SPINS`] empty polls.
+fn helper(mut seen: usize) {
     let mut idle = 0;
-    let mut seen = EPOCH.load(SeqCst);
     while idle < IDLE_SPINS {
         let epoch = EPOCH.load(SeqCst);
         if epoch == seen || SLOT.load(SeqCst).is_null() {
