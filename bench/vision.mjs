@@ -177,6 +177,13 @@ function printTable(report) {
 }
 
 /**
+ * The largest difference of a shared top log-probability this bench accepts between kiln and llama.cpp with
+ * an f16 mmproj and a Q8_0 language model: llama.cpp rounds the encoder's activations to f16 for its f16
+ * matrices and quantizes the language model's to 8 bits for its Q8_0 products, kiln keeps them in f32.
+ */
+const LOGPROB_TOLERANCE = 0.05;
+
+/**
  * The two engines' top log-probabilities compared over the tokens both list (by their text): the largest
  * and the mean absolute difference, how many are shared, and whether both put the same token first.
  */
@@ -201,6 +208,8 @@ function compareTop(k, w, vocab) {
     matched_by: byId ? 'token id' : 'token text',
     same_first: key(k.top_logprobs[0] ?? {}) === key(w.top_logprobs[0] ?? {}),
     max_abs_diff: abs.length ? Math.max(...abs) : null,
+    tolerance: LOGPROB_TOLERANCE,
+    within: abs.length > 0 && Math.max(...abs) <= LOGPROB_TOLERANCE,
     mean_abs_diff: abs.length ? abs.reduce((a, b) => a + b, 0) / abs.length : null,
     first: { kiln: k.top_logprobs[0], llama_cpp: w.top_logprobs[0] },
     tokens: diffs,
@@ -255,7 +264,7 @@ function printLogits(l) {
   }
   console.log(`  prompt tokens: kiln ${c.prompt_tokens.kiln}, llama.cpp ${c.prompt_tokens.llama_cpp}`);
   console.log(`  top-${l.top} tokens listed by both (by ${c.matched_by}): ${c.shared}; the same first token: ${c.same_first} (kiln ${JSON.stringify(c.first.kiln)}, llama.cpp ${JSON.stringify(c.first.llama_cpp)})`);
-  console.log(`  |log-prob difference| over those: max ${c.max_abs_diff?.toFixed(4)}, mean ${c.mean_abs_diff?.toFixed(4)}`);
+  console.log(`  |log-prob difference| over those: max ${c.max_abs_diff?.toFixed(4)}, mean ${c.mean_abs_diff?.toFixed(4)}: ${c.within ? 'within' : 'NOT within'} the tolerance ${c.tolerance}`);
 }
 
 const median = (xs) => {
