@@ -9,12 +9,12 @@
 //           tokens, runs, warmup, configs: ['kiln-webgpu', 'kiln-cpu', 'wllama', 'kiln-chat'],
 //           wllama: 'auto'|'webgpu'|'cpu', threads, chat_turns, chat_tokens }
 // Timings only: nothing here asserts on them.
-import { createServer } from 'node:http';
-import { createReadStream, readFileSync, statSync } from 'node:fs';
-import { join, normalize, extname, sep } from 'node:path';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { brotliCompressSync } from 'node:zlib';
 import { writeFileSync } from 'node:fs';
 import { launch } from '../tests/e2e/browser.mjs';
+import { serve } from './serve.mjs';
 
 const [configPath, outPath] = process.argv.slice(2);
 if (!configPath || !outPath) {
@@ -32,51 +32,7 @@ const mounts = [
   ['/bench/', join(root, 'bench')],
   ['/wllama/', wllamaDir],
 ];
-const types = {
-  '.html': 'text/html; charset=utf-8', '.js': 'text/javascript; charset=utf-8', '.mjs': 'text/javascript; charset=utf-8',
-  '.json': 'application/json', '.wasm': 'application/wasm',
-};
-
-function resolve(urlPath) {
-  let path;
-  try {
-    path = decodeURIComponent(urlPath.split(/[?#]/)[0]);
-  } catch {
-    return null;
-  }
-  for (const [prefix, dir] of mounts) {
-    if (!path.startsWith(prefix)) continue;
-    const file = normalize(join(dir, path.slice(prefix.length)));
-    if (file !== dir && !file.startsWith(dir + sep)) return null;
-    try {
-      return statSync(file).isFile() ? file : null;
-    } catch {
-      return null;
-    }
-  }
-  return null;
-}
-
-const server = createServer((req, res) => {
-  const file = req.method === 'GET' || req.method === 'HEAD' ? resolve(req.url) : null;
-  if (!file) {
-    res.writeHead(404, { 'Content-Type': 'text/plain' }).end('not found\n');
-    return;
-  }
-  res.writeHead(200, {
-    'Content-Type': types[extname(file)] ?? 'application/octet-stream',
-    'Content-Length': statSync(file).size,
-    'Cache-Control': 'no-cache',
-    // Cross-origin isolated, as the xtask server: SharedArrayBuffer (wllama's threads) and precise timers.
-    'Cross-Origin-Opener-Policy': 'same-origin',
-    'Cross-Origin-Embedder-Policy': 'require-corp',
-    'Cross-Origin-Resource-Policy': 'cross-origin',
-  });
-  if (req.method === 'HEAD') res.end();
-  else createReadStream(file).pipe(res);
-});
-await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
-const base = `http://127.0.0.1:${server.address().port}`;
+const { base, server } = await serve(mounts);
 const model = `/models/${config.model}`;
 console.error(`bench: serving on ${base}; prompts of ${Object.keys(prompts).join(', ')} tokens, ${config.tokens} decoded, ${config.warmup} warm-up + ${config.runs} runs`);
 

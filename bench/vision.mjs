@@ -24,12 +24,12 @@
 //
 // `cargo xtask bench --vision` writes the files and the package, then runs this. Prints tables and writes
 // every run to OUT (default target/bench/vision.json). Nothing asserts on the figures.
-import { createServer } from 'node:http';
-import { closeSync, createReadStream, mkdirSync, openSync, readdirSync, readFileSync, readSync, statSync, writeFileSync } from 'node:fs';
-import { dirname, extname, join, normalize, sep } from 'node:path';
+import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, statSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { deflateSync } from 'node:zlib';
 import { launch } from '../tests/e2e/browser.mjs';
+import { serve } from './serve.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const args = process.argv.slice(2);
@@ -312,49 +312,7 @@ const mounts = [
   ['/fixtures/', join(root, 'tests', 'fixtures')],
   ['/wllama/', join(root, 'node_modules', '@wllama', 'wllama')],
 ];
-const types = {
-  '.html': 'text/html; charset=utf-8', '.js': 'text/javascript; charset=utf-8', '.mjs': 'text/javascript; charset=utf-8',
-  '.json': 'application/json', '.wasm': 'application/wasm',
-};
-function resolve(urlPath) {
-  let path;
-  try {
-    path = decodeURIComponent(urlPath.split(/[?#]/)[0]);
-  } catch {
-    return null;
-  }
-  for (const [prefix, base] of mounts) {
-    if (!path.startsWith(prefix)) continue;
-    const file = normalize(join(base, path.slice(prefix.length)));
-    if (file !== base && !file.startsWith(base + sep)) return null;
-    try {
-      return statSync(file).isFile() ? file : null;
-    } catch {
-      return null;
-    }
-  }
-  return null;
-}
-const server = createServer((req, res) => {
-  const file = req.method === 'GET' || req.method === 'HEAD' ? resolve(req.url) : null;
-  if (!file) {
-    res.writeHead(404, { 'Content-Type': 'text/plain' }).end('not found\n');
-    return;
-  }
-  res.writeHead(200, {
-    'Content-Type': types[extname(file)] ?? 'application/octet-stream',
-    'Content-Length': statSync(file).size,
-    'Cache-Control': 'no-cache',
-    // Cross-origin isolated: SharedArrayBuffer for both engines' threads.
-    'Cross-Origin-Opener-Policy': 'same-origin',
-    'Cross-Origin-Embedder-Policy': 'require-corp',
-    'Cross-Origin-Resource-Policy': 'cross-origin',
-  });
-  if (req.method === 'HEAD') res.end();
-  else createReadStream(file).pipe(res);
-});
-await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
-const base = `http://127.0.0.1:${server.address().port}`;
+const { base, server } = await serve(mounts);
 console.error(`vision bench: serving on ${base}; files from ${dir}; pkg ${pkgDir}; ${models.map((k) => `${k}: ${MODELS[k].warmup} warm-up + ${MODELS[k].runs} runs`).join(', ')}`);
 
 /**
