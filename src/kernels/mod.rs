@@ -228,19 +228,14 @@ fn flex_gated<const D: usize>(
 pub fn gelu_tanh_mul<const D: usize>(gate: Tensor<D>, up: Tensor<D>) -> Tensor<D> {
     match gate.device().as_dispatch() {
         DispatchDevice::Flex(_) => flex_gated(gate, up, cpu::activation::gelu_tanh_mul),
-        _ => {
-            // 0.5·g·(1 + tanh(z)) = g / (1 + e^(−2z)), z = √(2/π)·(g + 0.044715·g³): no `tanh`, which some
-            // WebGPU implementations compute as (e^2z − 1)/(e^2z + 1), NaN once e^2z overflows.
-            let cube = gate.clone().powi_scalar(3).mul_scalar(0.044_715);
-            let z = (gate.clone() + cube).mul_scalar(-2.0 * (2.0 / std::f64::consts::PI).sqrt());
-            gate / z.exp().add_scalar(1.0) * up
-        }
+        _ => gelu_tanh(gate) * up,
     }
 }
 
 /// GELU's tanh approximation, `0.5·x·(1 + tanh(z))` with `z = √(2/π)·(x + 0.044715·x³)`, element-wise on
 /// the tensor's device: one pass with a vectorized `exp` on the CPU backend ([`cpu::activation`]); burn's
-/// ops elsewhere, as `x / (1 + e^(−2z))` (no `tanh`: see [`gelu_tanh_mul`]).
+/// ops elsewhere, as `x / (1 + e^(−2z))`: no `tanh`, which some WebGPU implementations compute as
+/// `(e^2z − 1)/(e^2z + 1)`, NaN once `e^2z` overflows.
 pub fn gelu_tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     match x.device().as_dispatch() {
         DispatchDevice::Flex(_) => flex_unary(x, cpu::activation::gelu_tanh),

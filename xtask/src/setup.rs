@@ -104,19 +104,15 @@ fn rustup() -> Result<(), String> {
 }
 
 fn apt() -> Result<(), String> {
-    let installed = |pkg: &str| {
-        output(Command::new("dpkg-query").args(["-W", "-f=${Status}", pkg]))
-            .is_some_and(|s| s.contains("install ok installed"))
-    };
-    let mut missing: Vec<&str> = APT_PACKAGES.into_iter().filter(|p| !installed(p)).collect();
+    let mut wanted = APT_PACKAGES.to_vec();
     if output(Command::new("node").arg("--version")).is_none() {
-        missing.extend(["nodejs", "npm"]);
+        wanted.extend(["nodejs", "npm"]);
     }
     // `cargo xtask fetch` runs xtask/fetch.py (standard library only).
     if output(Command::new("python3").arg("--version")).is_none() {
-        missing.push("python3");
+        wanted.push("python3");
     }
-    apt_install(&missing)
+    apt_install(&wanted)
 }
 
 /// Installs the Debian packages of `packages` that are not installed (as root, else through `sudo`).
