@@ -97,6 +97,30 @@ async fn golden_models_on_webgpu() {
     }
 }
 
+/// The 2026 families (LFM2's convolutions, Qwen3.5's delta rule in its chunked and recurrent forms,
+/// Gemma 4's per-layer embeddings and shared keys and values) on WebGPU and on the CPU backend in wasm32:
+/// the prompt's logits, 64 greedy tokens, the 152-token prompt's last logits, greedy decoding after a
+/// kept prefix.
+#[wasm_bindgen_test]
+async fn golden_2026_families_on_webgpu_and_cpu() {
+    let gpu = device::gpu().await.expect("a WebGPU adapter");
+    let (cpu, _) = device::cpu();
+    for f in golden::fixtures_2026() {
+        for (on, device) in [("WebGPU", &gpu.device), ("CPU", &cpu)] {
+            let diff = golden::logits_match(&f, device).await;
+            let long = golden::long_logits_match(&f, device)
+                .await
+                .expect("a long prompt");
+            console_log!(
+                "{} on {on}: max |logit - golden| {diff:e}, long prompt {long:e}",
+                f.name
+            );
+            golden::greedy_matches(&f, device).await;
+            golden::reused_prefix_greedy_matches(&f, device, 8).await;
+        }
+    }
+}
+
 #[wasm_bindgen_test]
 async fn golden_models_on_cpu_in_wasm() {
     let (device, _) = device::cpu();

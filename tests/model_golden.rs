@@ -55,6 +55,24 @@ fn kv_cache_equals_recompute_for_32_steps() {
     }
 }
 
+/// The 2026 families (logits, greedy tokens and long prompts in `families_2026.rs`): each cached step
+/// equals a recompute, and greedy decoding after a kept prefix (a recurrent model's: its snapshot) equals
+/// transformers'.
+#[test]
+fn the_2026_families_cache_and_reuse_prefixes() {
+    for f in golden::fixtures_2026() {
+        for device in [
+            Device::flex(),
+            pollster::block_on(kiln::engine::runtime::device::gpu())
+                .expect("wgpu")
+                .device,
+        ] {
+            pollster::block_on(golden::cache_equals_recompute(&f, &device, 16));
+            pollster::block_on(golden::reused_prefix_greedy_matches(&f, &device, 16));
+        }
+    }
+}
+
 #[test]
 fn greedy_after_a_reused_prefix_matches_transformers() {
     for f in fixtures() {

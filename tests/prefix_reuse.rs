@@ -215,3 +215,68 @@ fn a_budget_that_cannot_hold_a_sequence_is_refused_naming_the_option() {
     }
     assert_eq!(small.prefix_cache().len(), 1);
 }
+
+/// Models with recurrent layers (LFM2's convolutions, Qwen3.5's delta rule) go back only to a kept
+/// snapshot of their states: a continued conversation reuses its whole kept sequence, a prompt that
+/// leaves a kept one part way resumes from the snapshot at that prompt's end, and every answer equals a
+/// cold run's.
+#[test]
+fn recurrent_models_reuse_their_states_and_answer_as_cold() {
+    for (name, bytes) in [
+        ("lfm2", &include_bytes!("fixtures/gguf/tiny-lfm2.gguf")[..]),
+        ("qwen35", &include_bytes!("fixtures/gguf/tiny-qwen35.gguf")[..]),
+    ] {
+        let load = |budget| {
+            LoadedModel::from_gguf("tiny", bytes, &Device::flex())
+                .expect("the fixture loads")
+                .with_prefix_cache(budget)
+                .expect("a valid budget")
+        };
+        let (warm, cold) = (load(64 << 20), load(0));
+        let mut messages = json!([{"role": "system", "content": "You are terse."}]);
+        let mut prompt_before = 0;
+        for turn in 0..3 {
+            messages.as_array_mut().unwrap().push(
+                json!({"role": "user", "content": format!("Question {turn}: what is {turn} plus one?")}),
+            );
+            let (a, b) = (
+                chat(&warm, &messages, json!({})),
+                chat(&cold, &messages, json!({})),
+            );
+            assert_eq!(
+                content(&a),
+                content(&b),
+                "{name} turn {turn}: reused and cold answers differ"
+            );
+            let got = cached(&a.usage);
+            assert!(
+                turn == 0 && got == 0 || got as usize >= prompt_before && got < a.usage.prompt_tokens,
+                "{name} turn {turn}: cached {got} of {} (previous prompt {prompt_before})",
+                a.usage.prompt_tokens
+            );
+            prompt_before = a.usage.prompt_tokens as usize;
+            messages
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"role": "assistant", "content": content(&a)}));
+        }
+        // The same conversation with another last question: it leaves the kept sequence inside the last
+        // user turn, so it resumes from the snapshot at the end of the previous prompt... or earlier.
+        let mut other = messages.clone();
+        let last = other.as_array_mut().unwrap();
+        last.pop();
+        last.pop();
+        last.push(json!({"role": "user", "content": "Something else entirely?"}));
+        let (a, b) = (chat(&warm, &other, json!({})), chat(&cold, &other, json!({})));
+        assert_eq!(
+            content(&a),
+            content(&b),
+            "{name}: a prompt leaving the kept sequence"
+        );
+        let got = cached(&a.usage) as usize;
+        assert!(
+            got > 0 && got < a.usage.prompt_tokens as usize,
+            "{name}: cached {got}"
+        );
+    }
+}

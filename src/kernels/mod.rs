@@ -22,6 +22,7 @@
 
 pub mod caps;
 pub mod cpu;
+pub mod delta;
 #[cfg(feature = "webgpu")]
 pub mod gpu;
 pub mod mask;

@@ -111,6 +111,68 @@ pub(crate) struct HfConfig {
     pub(crate) no_rope_layers: Option<Vec<u8>>,
     #[serde(default)]
     pub(crate) no_rope_layer_interval: Option<usize>,
+    /// Qwen3.5's Gated DeltaNet: conv taps, key/value head dims and counts.
+    #[serde(default)]
+    pub(crate) linear_conv_kernel_dim: Option<usize>,
+    #[serde(default)]
+    pub(crate) linear_key_head_dim: Option<usize>,
+    #[serde(default)]
+    pub(crate) linear_value_head_dim: Option<usize>,
+    #[serde(default)]
+    pub(crate) linear_num_key_heads: Option<usize>,
+    #[serde(default)]
+    pub(crate) linear_num_value_heads: Option<usize>,
+    /// Qwen3.5: every n-th layer is full attention, where `layer_types` is not given.
+    #[serde(default)]
+    pub(crate) full_attention_interval: Option<usize>,
+    /// Not a `config.json` field: a GGUF file's delta-rule value heads are tiled (llama.cpp's order).
+    #[serde(skip)]
+    pub(crate) delta_tiled: Option<bool>,
+    /// Gemma 4: per-layer overrides (`{"3": {"head_dim": 512}}`), or the size of full-attention layers'
+    /// heads and their key-value heads that transformers derives them from.
+    #[serde(default)]
+    pub(crate) per_layer_config: Option<serde_json::Value>,
+    #[serde(default)]
+    pub(crate) global_head_dim: Option<usize>,
+    #[serde(default)]
+    pub(crate) num_global_key_value_heads: Option<usize>,
+    #[serde(default)]
+    pub(crate) attention_k_eq_v: Option<bool>,
+    /// Gemma 4: the last this many layers attend to an earlier layer's keys and values.
+    #[serde(default)]
+    pub(crate) num_kv_shared_layers: Option<usize>,
+    /// Gemma 4: the layers sharing keys and values have MLPs twice as wide.
+    #[serde(default)]
+    pub(crate) use_double_wide_mlp: Option<bool>,
+    /// Gemma 4's per-layer embeddings: the width of each layer's input, and the vocabulary of its table.
+    #[serde(default)]
+    pub(crate) hidden_size_per_layer_input: Option<usize>,
+    #[serde(default)]
+    pub(crate) vocab_size_per_layer_input: Option<usize>,
+    /// Not a `config.json` field: a GGUF file's MLP width per layer.
+    #[serde(skip)]
+    pub(crate) ffn_widths: Option<Vec<usize>>,
+    /// LFM2: the RMSNorms' epsilon (its name for `rms_norm_eps`).
+    #[serde(default)]
+    pub(crate) norm_eps: Option<f64>,
+    /// LFM2: the short convolutions' taps.
+    #[serde(default, rename = "conv_L_cache")]
+    pub(crate) conv_l_cache: Option<usize>,
+    #[serde(default)]
+    pub(crate) conv_bias: Option<bool>,
+    /// LFM2: the indices of the attention layers (the others are conv blocks), where `layer_types` is not
+    /// given.
+    #[serde(default)]
+    pub(crate) full_attn_idxs: Option<Vec<usize>>,
+    /// LFM2's MLP width before `block_auto_adjust_ff_dim` (older configs; else `intermediate_size`).
+    #[serde(default)]
+    pub(crate) block_ff_dim: Option<usize>,
+    #[serde(default)]
+    pub(crate) block_auto_adjust_ff_dim: Option<bool>,
+    #[serde(default)]
+    pub(crate) block_ffn_dim_multiplier: Option<f64>,
+    #[serde(default)]
+    pub(crate) block_multiple_of: Option<usize>,
     /// A multimodal model's language model (`Gemma3ForConditionalGeneration`, `Idefics3…`): its fields
     /// are read from here, the top level naming the whole model.
     #[serde(default)]
@@ -238,6 +300,26 @@ pub enum CacheKind {
     /// The keys and values of the earlier layer `from` (which holds its own), appended by that layer in
     /// the same forward; the layer keeps nothing itself.
     SharedKv { from: usize },
+    /// A short causal convolution's last `width − 1` inputs of `channels` channels (LFM2's conv blocks):
+    /// a fixed-size state, `[b, width − 1, channels]` f32.
+    Conv { channels: usize, width: usize },
+    /// A gated delta rule's state (Qwen3.5's Gated DeltaNet): its causal convolution's last `width − 1`
+    /// inputs of `channels` channels, and the matrix `S` of each of `heads` value heads, `[key_dim,
+    /// value_dim]`, f32 (`model::layers::state`).
+    Delta {
+        channels: usize,
+        width: usize,
+        heads: usize,
+        key_dim: usize,
+        value_dim: usize,
+    },
+}
+
+impl CacheKind {
+    /// Whether the layer keeps a fixed-size state rather than keys and values per position.
+    pub fn is_recurrent(self) -> bool {
+        matches!(self, Self::Conv { .. } | Self::Delta { .. })
+    }
 }
 
 /// The resolved configuration the decoder is built from.
@@ -267,6 +349,24 @@ pub struct ModelConfig {
     pub fused_qkv: bool,
     /// gate and up come from one `gate_up_proj`, gate rows first (Phi-3).
     pub fused_gate_up: bool,
+    /// Convolution blocks carry biases (LFM2's `conv_bias`).
+    pub conv_bias: bool,
+    /// The q projection gives each head's queries then its output gate, `sigmoid(gate)` multiplying the
+    /// head's attention output (Qwen3.5).
+    pub attn_output_gate: bool,
+    /// Delta-rule layers' value heads are in llama.cpp's tiled order (a GGUF file), not Hugging Face's
+    /// grouped order (`kernels::delta`).
+    pub delta_tiled: bool,
+    /// Per layer `(key-value heads, head dim)` where they differ between layers (Gemma 4's full-attention
+    /// layers); empty when every layer has `(num_kv_heads, head_dim)` ([`ModelConfig::attn_dims`]).
+    pub layer_attn: Vec<(usize, usize)>,
+    /// Per layer MLP width where it differs between layers (Gemma 4's double-wide MLPs); empty when every
+    /// layer's is `intermediate_size` ([`ModelConfig::ffn_width`]).
+    pub layer_ffn: Vec<usize>,
+    /// Values are RMS-normalised per head without a weight before they are cached (Gemma 4).
+    pub v_norm: bool,
+    /// Per-layer embeddings (Gemma 4): `(vocabulary, width)` of each layer's extra input.
+    pub per_layer_input: Option<(usize, usize)>,
     /// The factor of the attention scores `q · k` (`1/√head_dim`, Gemma's `query_pre_attn_scalar^-½`).
     pub attn_scale: f64,
     /// `cap · tanh(scores / cap)` of the attention scores (Gemma 2).
@@ -332,8 +432,18 @@ impl ModelConfig {
                 ));
             }
         }
-        for rope in &self.ropes {
-            rope.check(self.head_dim)?;
+        for (r, rope) in self.ropes.iter().enumerate() {
+            // Against the heads of the layers that apply it.
+            let mut dims: Vec<usize> = (0..self.num_layers)
+                .filter(|&i| self.layers[i].rope == Some(r))
+                .map(|i| self.attn_dims(i).1)
+                .collect();
+            if dims.is_empty() {
+                dims.push(self.head_dim);
+            }
+            for d in dims {
+                rope.check(d)?;
+            }
         }
         Ok(())
     }
@@ -393,6 +503,13 @@ impl ModelConfig {
             qk_norm: false,
             fused_qkv: false,
             fused_gate_up: false,
+            conv_bias: false,
+            attn_output_gate: false,
+            delta_tiled: false,
+            layer_attn: Vec::new(),
+            layer_ffn: Vec::new(),
+            v_norm: false,
+            per_layer_input: None,
             attn_scale: 1.0 / (head_dim as f64).sqrt(),
             attn_softcap: None,
             final_softcap: None,
@@ -441,6 +558,19 @@ impl ModelConfig {
             kind.window = kind.window.filter(|&w| w < max);
         }
         Ok(())
+    }
+
+    /// Layer `i`'s `(key-value heads, head dim)`.
+    pub fn attn_dims(&self, i: usize) -> (usize, usize) {
+        self.layer_attn
+            .get(i)
+            .copied()
+            .unwrap_or((self.num_kv_heads, self.head_dim))
+    }
+
+    /// Layer `i`'s MLP width.
+    pub fn ffn_width(&self, i: usize) -> usize {
+        self.layer_ffn.get(i).copied().unwrap_or(self.intermediate_size)
     }
 
     /// Whether some layer attends through a sliding window.

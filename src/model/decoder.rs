@@ -21,6 +21,7 @@ use super::layers::kv_cache::KvCache;
 use super::layers::linear::Matrix;
 use super::layers::norm::rms_norm;
 use super::layers::rope::RopeTable;
+use super::per_layer::PerLayer;
 use super::placed::{Placing, Tensors};
 use crate::kernels::caps::Caps;
 use crate::kernels::mask::{Mask, SpanError};
@@ -51,6 +52,8 @@ pub struct Decoder {
     caps: Caps,
     /// One per rope of the config.
     pub(super) ropes: Vec<RopeTable>,
+    /// Per-layer embeddings, for a family that has them (`model::per_layer`).
+    per_layer: Option<PerLayer>,
 }
 
 /// Which decode steps on wgpu select the sampler's candidates on the device.
@@ -93,6 +96,10 @@ pub enum ForwardError {
     RowsDevice,
     #[error(transparent)]
     Span(#[from] SpanError),
+    #[error(
+        "this model's layers take per-layer embeddings of token ids; a prompt chunk of embedding rows has none"
+    )]
+    PerLayerRows,
 }
 
 impl Decoder {
@@ -123,7 +130,9 @@ impl Decoder {
         let blocks = (0..c.num_layers)
             .map(|i| c.arch.family().load_layer(c, i, ckpt))
             .collect::<Result<Vec<_>, _>>()?;
-        let norm = c.arch.family().final_norm(ckpt.vector("model.norm.weight", h)?);
+        let family = c.arch.family();
+        let norm = family.final_norm(ckpt.vector(family.final_norm_names().0, h)?);
+        let per_layer = PerLayer::load(c, ckpt)?;
         // Tied embeddings reuse `embed_tokens`; a checkpoint that still carries `lm_head` is honoured.
         let tied = c.tie_word_embeddings && !ckpt.contains("lm_head.weight");
         let lm_head = match tied {
@@ -150,6 +159,7 @@ impl Decoder {
             select: SelectOnDevice::for_caps(Caps::of(device)),
             caps: Caps::of(device),
             ropes,
+            per_layer,
         };
         decoder.set_fused(true);
         Ok(decoder)
@@ -212,6 +222,7 @@ impl Decoder {
     /// Bytes the weights take on the device (a tied `lm_head` counted once).
     pub fn device_bytes(&self) -> usize {
         let head = if self.tied { 0 } else { self.lm_head.device_bytes() };
+        let head = head + self.per_layer.as_ref().map_or(0, PerLayer::device_bytes);
         let linears: usize = self
             .blocks
             .iter()
@@ -226,15 +237,8 @@ impl Decoder {
     pub fn new_cache(&self, batch: usize, capacity: usize) -> KvCache {
         let c = &self.config;
         let kinds: Vec<_> = c.layers.iter().map(|l| l.cache).collect();
-        KvCache::with_kinds(
-            &kinds,
-            batch,
-            c.num_kv_heads,
-            c.head_dim,
-            capacity,
-            &self.device,
-            self.cache_dtype(),
-        )
+        let dims: Vec<_> = (0..c.num_layers).map(|i| c.attn_dims(i)).collect();
+        KvCache::with_layer_dims(&kinds, &dims, batch, capacity, &self.device, self.cache_dtype())
     }
 
     /// What the KV cache holds: f16 where the fused wgpu step runs in f16 ([`Decoder::caps`]), f32
@@ -266,12 +270,31 @@ impl Decoder {
         }
         self.check_ids(tokens.iter().flatten())?;
         self.check_room(cache, s)?;
+        if let Some(n) = cache.snapshot_within(s) {
+            let (first, rest) = tokens[0].split_at(n);
+            return self.in_two(
+                cache,
+                all_positions,
+                |d, c, all| Ok(d.run_ids(&[first.to_vec()], c, all)),
+                |d, c, all| d.forward(&[rest.to_vec()], c, all),
+            );
+        }
         #[cfg(feature = "webgpu")]
         if s == 1 && self.fused {
             return Ok(self.step(tokens, cache));
         }
+        Ok(self.run_ids(tokens, cache, all_positions))
+    }
+
+    /// [`Decoder::run`] of the embedding rows of `tokens` (and their per-layer inputs, where the family
+    /// has them).
+    fn run_ids(&self, tokens: &[Vec<u32>], cache: &mut KvCache, all: bool) -> Tensor<3> {
         let x = self.embed(tokens);
-        Ok(self.run(x, Vec::new(), cache, all_positions))
+        let per_layer = self
+            .per_layer
+            .as_ref()
+            .map(|p| p.inputs(tokens, x.clone(), self.config.rms_norm_eps, &self.device));
+        self.run_with(x, Vec::new(), cache, all, per_layer)
     }
 
     /// Runs a prompt of `chunks` (one sequence: `cache` of batch 1) after what `cache` holds, appending
@@ -311,6 +334,18 @@ impl Decoder {
             }
         }
         self.check_room(cache, s)?;
+        if self.per_layer.is_some() {
+            // Per-layer embeddings are a token's: rows standing for media have none.
+            return Err(ForwardError::PerLayerRows);
+        }
+        if let Some((first, rest)) = cache.snapshot_within(s).and_then(|n| input::split(chunks, n)) {
+            return self.in_two(
+                cache,
+                all_positions,
+                |d, c, all| d.prefill(&first, c, all),
+                |d, c, all| d.prefill(&rest, c, all),
+            );
+        }
         let spans = input::spans(chunks, cache.len);
         Mask::check(cache.len, s, &spans)?;
         let parts: Vec<Tensor<3>> = chunks
@@ -322,6 +357,25 @@ impl Decoder {
             })
             .collect();
         Ok(self.run(Tensor::cat(parts, 1), spans, cache, all_positions))
+    }
+
+    /// Runs a forward in two parts, `first` then `rest`, keeping the recurrent states between them as a
+    /// snapshot ([`KvCache::snapshot_within`]): logits as one forward returns them (both parts' positions
+    /// when `all`).
+    fn in_two(
+        &self,
+        cache: &mut KvCache,
+        all: bool,
+        first: impl FnOnce(&Self, &mut KvCache, bool) -> Result<Tensor<3>, ForwardError>,
+        rest: impl FnOnce(&Self, &mut KvCache, bool) -> Result<Tensor<3>, ForwardError>,
+    ) -> Result<Tensor<3>, ForwardError> {
+        let head = first(self, cache, all)?;
+        cache.snapshot();
+        let tail = rest(self, cache, all)?;
+        Ok(match all {
+            true => Tensor::cat(vec![head, tail], 1),
+            false => tail,
+        })
     }
 
     /// The embedding rows `[n, h]` of `ids` as a forward feeds them to the first layer (scaled where the
@@ -367,14 +421,26 @@ impl Decoder {
     /// then the final norm and the `lm_head`: logits as [`Decoder::forward`] returns them.
     fn run(
         &self,
-        mut x: Tensor<3>,
+        x: Tensor<3>,
         spans: Vec<std::ops::Range<usize>>,
         cache: &mut KvCache,
         all: bool,
     ) -> Tensor<3> {
+        self.run_with(x, spans, cache, all, None)
+    }
+
+    /// [`Decoder::run`] with every layer's own input (`[b, s, L, n]`, `model::per_layer`).
+    fn run_with(
+        &self,
+        mut x: Tensor<3>,
+        spans: Vec<std::ops::Range<usize>>,
+        cache: &mut KvCache,
+        all: bool,
+        per_layer: Option<Tensor<4>>,
+    ) -> Tensor<3> {
         let c = &self.config;
         let [b, s, _] = x.dims();
-        let at = Positions::new(
+        let mut at = Positions::new(
             c,
             &self.ropes,
             (cache.len, s),
@@ -382,6 +448,7 @@ impl Decoder {
             spans,
             &self.device,
         );
+        at.per_layer = per_layer;
         for (i, block) in self.blocks.iter().enumerate() {
             x = block.forward(x, c, i, cache, &at);
         }

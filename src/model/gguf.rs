@@ -101,6 +101,20 @@ impl<'g, 'a> Meta<'g, 'a> {
         }
     }
 
+    /// `<arch>.<k>` when it is an array of numbers (one per layer); `None` when absent or a scalar.
+    pub fn opt_usizes(&self, k: &str) -> Result<Option<Vec<usize>>, LoadError> {
+        let Some(crate::loader::Value::Array(a)) = self.g.get(&self.key(k)) else {
+            return Ok(None);
+        };
+        (0..a.len())
+            .map(|i| match a.f64_at(i) {
+                Some(x) if x >= 0.0 && x.fract() == 0.0 => Ok(x as usize),
+                _ => Err(self.error(k, "is not an array of counts")),
+            })
+            .collect::<Result<_, _>>()
+            .map(Some)
+    }
+
     pub fn str(&self, k: &str) -> Result<Option<&'g str>, LoadError> {
         Ok(self.g.str(&self.key(k))?)
     }
@@ -159,10 +173,19 @@ impl<'g, 'a> Meta<'g, 'a> {
             architectures: vec![hf_arch.to_owned()],
             vocab_size,
             hidden_size: hidden,
-            intermediate_size: self.usize("feed_forward_length")?,
+            // Per layer in some files (Gemma 4's double-wide MLPs): the widest, each in `ffn_widths`.
+            intermediate_size: match self.opt_usizes("feed_forward_length")? {
+                Some(w) => w.iter().copied().max().unwrap_or(0),
+                None => self.usize("feed_forward_length")?,
+            },
+            ffn_widths: self.opt_usizes("feed_forward_length")?,
             num_hidden_layers: self.usize("block_count")?,
             num_attention_heads: heads,
-            num_key_value_heads: self.opt_usize("attention.head_count_kv")?,
+            // Per layer in hybrid files (0 for a layer without attention): the attention layers' count.
+            num_key_value_heads: match self.opt_usizes("attention.head_count_kv")? {
+                Some(per_layer) => per_layer.into_iter().max().filter(|&k| k > 0),
+                None => self.opt_usize("attention.head_count_kv")?,
+            },
             head_dim,
             rms_norm_eps: Some(
                 self.opt_f64("attention.layer_norm_rms_epsilon")?
@@ -259,6 +282,9 @@ pub struct Fixups {
     pub permuted: Option<(usize, usize)>,
     /// Subtracted from every `*norm.weight` (Gemma's `1 + w`).
     pub norm_shift: f32,
+    /// The language model's architecture, whose family undoes the rest (`Family::gguf_fix`); `None` in
+    /// an mmproj file.
+    pub arch: Option<Arch>,
 }
 
 /// The [`Fixups`] of file `g` holding a model of `config`.
@@ -270,6 +296,7 @@ pub fn fixups(config: &ModelConfig) -> Fixups {
             .gguf_permuted()
             .then_some((config.num_heads, config.num_kv_heads)),
         norm_shift: config.arch.family().gguf_norm_shift(),
+        arch: Some(config.arch),
     }
 }
 
@@ -295,7 +322,7 @@ impl<'g, 'a> GgufWeights<'g, 'a> {
 
 /// The bytes of GGUF tensor `g` (Hugging Face name `hf`) as the model takes them: blocks checked (a NaN
 /// or infinite scale is an error naming the tensor), q/k rows un-permuted and norm shifts undone where
-/// `fixups` says so.
+/// `fixups` says so, then the family's own changes undone (`Family::gguf_fix`).
 pub fn prepare<'b>(
     hf: &str,
     g: &str,
@@ -310,20 +337,41 @@ pub fn prepare<'b>(
     };
     info.ty.check(bytes).map_err(|e| blocks(e.to_string()))?;
     let shape = info.shape();
-    if fixups.norm_shift != 0.0 && g.ends_with("norm.weight") {
-        let shift = fixups.norm_shift;
-        let values: Vec<u8> = info
-            .ty
-            .dequantize(bytes)
-            .into_iter()
-            .flat_map(|v| (v - shift).to_le_bytes())
-            .collect();
-        return Ok(RawTensor {
-            ty: GgmlType::F32,
-            shape,
-            bytes: Cow::Owned(values),
-        });
+    let shifted = fixups
+        .arch
+        .map_or(g.ends_with("norm.weight"), |a| a.family().gguf_shifted(g));
+    let raw = match fixups.norm_shift != 0.0 && shifted {
+        true => {
+            let shift = fixups.norm_shift;
+            let values: Vec<u8> = info
+                .ty
+                .dequantize(bytes)
+                .into_iter()
+                .flat_map(|v| (v - shift).to_le_bytes())
+                .collect();
+            RawTensor {
+                ty: GgmlType::F32,
+                shape,
+                bytes: Cow::Owned(values),
+            }
+        }
+        false => unpermuted(hf, info, bytes, fixups, blocks)?,
+    };
+    match fixups.arch {
+        Some(arch) => arch.family().gguf_fix(hf, raw),
+        None => Ok(raw),
     }
+}
+
+/// `bytes` of tensor `hf` with q/k rows un-permuted where `fixups` says so.
+fn unpermuted<'b>(
+    hf: &str,
+    info: &TensorInfo,
+    bytes: &'b [u8],
+    fixups: Fixups,
+    blocks: impl Fn(String) -> LoadError,
+) -> Result<RawTensor<'b>, LoadError> {
+    let shape = info.shape();
     let bytes = match fixups.permuted {
         Some((heads, kv_heads)) if hf.contains("q_proj") || hf.contains("k_proj") => {
             let heads = if hf.contains("q_proj") { heads } else { kv_heads };
@@ -394,7 +442,7 @@ impl Weights for GgufWeights<'_, '_> {
             .tensor(&g)
             .ok_or_else(|| LoadError::Missing(format!("{g} ({name})")))?;
         let shape = info.shape();
-        if shape != expected {
+        if shape != self.arch.family().gguf_shape(name, expected) {
             return Err(LoadError::Shape {
                 name: format!("{g} ({name})"),
                 expected: expected.to_vec(),

@@ -74,3 +74,32 @@ pub fn all_ids(chunks: &[Chunk<'_>]) -> Option<Vec<u32>> {
     }
     Some(ids)
 }
+
+/// `chunks` split after their first `n` positions, when that falls between chunks or inside a chunk of
+/// ids (a chunk of embedding rows is never split: its rows may attend to each other); `None` otherwise or
+/// when either part would be empty.
+pub fn split<'a>(chunks: &[Chunk<'a>], n: usize) -> Option<(Vec<Chunk<'a>>, Vec<Chunk<'a>>)> {
+    let total: usize = chunks.iter().map(Chunk::len).sum();
+    if n == 0 || n >= total {
+        return None;
+    }
+    let (mut first, mut rest) = (Vec::new(), Vec::new());
+    let mut at = 0;
+    for c in chunks {
+        let len = c.len();
+        if at + len <= n {
+            first.push(*c);
+        } else if at >= n {
+            rest.push(*c);
+        } else {
+            let Chunk::Ids(ids) = c else {
+                return None;
+            };
+            let (a, b) = ids.split_at(n - at);
+            first.push(Chunk::Ids(a));
+            rest.push(Chunk::Ids(b));
+        }
+        at += len;
+    }
+    Some((first, rest))
+}

@@ -1,5 +1,6 @@
 //! The decoder: shared layers (`layers`), one file per family (`arch`), the decoder that composes them
-//! (`decoder`, with the fused wgpu decode step in `step`), what a prefill runs (`input`: prompt chunks of
+//! (`decoder`, with the fused wgpu decode step in `step`, and Gemma 4's per-layer embeddings in
+//! `per_layer`), what a prefill runs (`input`: prompt chunks of
 //! ids and embedding rows), the checkpoint tensors it is assembled from (`placed`), and a
 //! vision-language model's vision part (`vision`: the encoder and the projector whose rows a prefill
 //! takes). Every function takes tensors on any runtime device.
@@ -10,6 +11,7 @@ pub mod decoder;
 pub mod gguf;
 pub mod input;
 pub mod layers;
+pub mod per_layer;
 pub mod placed;
 #[cfg(feature = "webgpu")]
 mod step;

@@ -4,7 +4,9 @@
 //! biases) and Qwen3 (f16, q/k norms, head_dim ≠ hidden/heads), all with GQA; and by
 //! `make_golden_families.py`: Gemma 3 (sliding window 5 < the prompt, local/global layers), Gemma 2
 //! (softcapping), Phi-3 (LongRoPE, fused projections), Phi-4-mini (partial rotary) and SmolLM3 (NoPE);
-//! and by `make_golden_bidirectional.py`: Gemma 3's logits with a bidirectional image-token block.
+//! and by `make_golden_bidirectional.py`: Gemma 3's logits with a bidirectional image-token block; and by
+//! `make_golden_2026.py` ([`fixtures_2026`]): LFM2 (short convolutions), Qwen3.5 (Gated DeltaNet) and
+//! Gemma 4 (per-layer embeddings, shared keys and values), each with a 152-token prompt.
 
 use burn::tensor::{Device, Tensor};
 use kiln::loader::{Checkpoint, LoadError, SafetensorsError};
@@ -47,6 +49,11 @@ pub fn fixtures() -> [Fixture; 8] {
     ]
 }
 
+/// The 2026 families (`make_golden_2026.py`): LFM2, Qwen3.5, Gemma 4.
+pub fn fixtures_2026() -> [Fixture; 3] {
+    [fixture!("lfm2"), fixture!("qwen3_5"), fixture!("gemma4")]
+}
+
 #[derive(Deserialize)]
 pub struct Golden {
     pub prompt_ids: Vec<u32>,
@@ -56,8 +63,9 @@ pub struct Golden {
     /// Phi fixtures: a prompt longer than `original_max_position_embeddings` (LongRoPE's long factors)...
     #[serde(default)]
     pub long_prompt_ids: Vec<u32>,
-    /// ... and transformers' logits at its last 4 positions, `[4][vocab]`.
-    #[serde(default)]
+    /// ... and transformers' logits at its last 4 positions, `[4][vocab]` (the 2026 families: a
+    /// 152-token prompt and its last 8, `long_logits`).
+    #[serde(default, alias = "long_logits")]
     pub long_logits_last: Vec<Vec<f32>>,
 }
 
@@ -267,9 +275,14 @@ pub async fn reused_prefix_greedy_matches(f: &Fixture, device: &Device, steps: u
     let capacity = prompt.len() + n;
     for copied in [false, true] {
         let mut cache = decoder.new_cache(1, capacity);
-        let other: Vec<u32> = prompt[..half].iter().chain(&prompt[..3]).copied().collect();
+        // The shared half, then another sequence's end; a recurrent model keeps its states where they
+        // part (a no-op for attention-only models), as a prefill's end does.
         decoder
-            .forward(&[other], &mut cache, false)
+            .forward(&[prompt[..half].to_vec()], &mut cache, false)
+            .expect("the shared half");
+        cache.snapshot();
+        decoder
+            .forward(&[prompt[..3].to_vec()], &mut cache, false)
             .expect("the other sequence");
         let mut cache = match copied {
             true => cache.copy_prefix(half),

@@ -353,6 +353,7 @@ fn stage(g: &Gguf<'static>, device: &Device, limit: Option<u64>) -> Result<Stagi
             .hf_name_of(name)
             .ok_or_else(|| LoadError::Extra(name.clone()))?;
         let shape = expected.get(&hf).ok_or_else(|| LoadError::Extra(name.clone()))?;
+        let shape = &config.arch.family().gguf_shape(&hf, shape);
         if info.shape() != *shape {
             return Err(LoadError::Shape {
                 name: format!("{name} ({hf})"),

@@ -11,6 +11,11 @@
 //! regenerated answer, a second conversation with the same system prompt). The fused wgpu decode step
 //! writes the cache's buffers in place, which is why a buffer is never held twice.
 //!
+//! A model with recurrent layers (`model::layers::state`) goes back only to a position where its states
+//! were kept (the end of a prefill, or every `SNAPSHOT_EVERY` positions in a long one): a hit restores the
+//! latest such position at or before the match and the prompt runs from there, which is what
+//! `cached_tokens` then counts.
+//!
 //! A run hands its state back when it ends, finished or aborted ([`super::generation::Generation`]); the
 //! state is valid up to its last completed step. Keys are kept only for caches whose rope tables agree
 //! with the new request's (a LongRoPE model switches tables with the cache's size).
@@ -122,7 +127,8 @@ impl PrefixCache {
             .filter(|(_, e)| fits(&e.cache))
             .map(|(i, e)| {
                 let shared = common_prefix(&e.slots, prompt);
-                (i, cut_at(prompt, shared.min(limit)), shared)
+                // A recurrent state goes back only to a snapshot (one never inside a media chunk).
+                (i, e.cache.restorable(cut_at(prompt, shared.min(limit))), shared)
             })
             .max_by_key(|&(i, cached, _)| (cached, std::cmp::Reverse(i)))?;
         if cached == 0 {
@@ -156,6 +162,7 @@ impl PrefixCache {
         }
         slots.truncate(cut_at(&slots, cache.len.min(slots.len())));
         cache.truncate(slots.len());
+        slots.truncate(cache.len);
         if slots.is_empty() {
             return;
         }

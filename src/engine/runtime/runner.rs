@@ -189,6 +189,8 @@ impl Runner {
             last: None,
         };
         let logits = decoder.prefill(rest, &mut runner.cache, all_positions)?;
+        // A recurrent model's states at the prompt's end, to come back to (`model::layers::state`).
+        runner.cache.snapshot();
         let rows = runner.read(logits, readout).await?;
         Ok((runner, rows))
     }

@@ -47,6 +47,7 @@
 pub mod act;
 pub mod activation;
 pub mod attention;
+pub mod delta;
 pub mod dot;
 pub mod float;
 pub mod kquants;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use burn::tensor::Tensor;
 
-use crate::loader::LoadError;
+use crate::loader::{LoadError, RawTensor};
 use crate::model::config::{ConfigError, HfConfig, ModelConfig};
 use crate::model::gguf::Meta;
 use crate::model::layers::attention::{Attention, Positions};
@@ -19,12 +19,15 @@ use crate::model::layers::kv_cache::KvCache;
 use crate::model::layers::linear::Linear;
 use crate::model::placed::Tensors;
 
-/// Hugging Face → llama.cpp names of the model-wide tensors (every family's).
-const GLOBAL: [(&str, &str); 3] = [
+/// Hugging Face → llama.cpp names of the model-wide tensors (every family's; the final norm's is
+/// [`Family::final_norm_names`]).
+const GLOBAL: [(&str, &str); 2] = [
     ("model.embed_tokens.weight", "token_embd.weight"),
-    ("model.norm.weight", "output_norm.weight"),
     ("lm_head.weight", "output.weight"),
 ];
+
+/// The final norm's Hugging Face and llama.cpp names in most families.
+pub(crate) const FINAL_NORM: (&str, &str) = ("model.norm.weight", "output_norm.weight");
 
 /// What one model family decides. Implemented once per family file (`model::arch::<family>`), registered
 /// in `model::arch`'s table under its `config.json` and GGUF names.
@@ -58,6 +61,12 @@ pub(crate) trait Family: Sync {
         0.0
     }
 
+    /// Whether GGUF tensor `g` carries [`Family::gguf_norm_shift`]: every `*norm.weight` unless the
+    /// family says otherwise.
+    fn gguf_shifted(&self, g: &str) -> bool {
+        g.ends_with("norm.weight")
+    }
+
     /// Takes layer `i`'s tensors from `ckpt`.
     fn load_layer(
         &self,
@@ -71,9 +80,31 @@ pub(crate) trait Family: Sync {
         w
     }
 
-    /// The tensors of one layer, by name after `model.layers.{i}.`, with the shapes `c` implies: the
+    /// The final norm's Hugging Face and llama.cpp tensor names (LFM2: `model.embedding_norm`).
+    fn final_norm_names(&self) -> (&'static str, &'static str) {
+        FINAL_NORM
+    }
+
+    /// The shape a GGUF file stores Hugging Face tensor `hf` of `shape` in (the same, but where the
+    /// converter squeezed or reshaped it: a depthwise convolution's `[C, 1, w]` is `[C, w]`). Loading
+    /// gives the tensor its Hugging Face shape back (the same elements in the same order).
+    fn gguf_shape(&self, hf: &str, shape: &[usize]) -> Vec<usize> {
+        let _ = hf;
+        shape.to_vec()
+    }
+
+    /// Tensor `hf` of a GGUF file (q/k rows un-permuted and norm shifts undone already) as its Hugging
+    /// Face checkpoint holds it: its shape back (see [`Family::gguf_shape`]) and what else the
+    /// converter changed undone. Most families change nothing more.
+    fn gguf_fix<'b>(&self, hf: &str, raw: RawTensor<'b>) -> Result<RawTensor<'b>, LoadError> {
+        let _ = hf;
+        Ok(raw)
+    }
+
+    /// The tensors of layer `i`, by name after `model.layers.{i}.`, with the shapes `c` implies: the
     /// attention and MLP projections every family here has, and the family's norms.
-    fn layer_shapes(&self, c: &ModelConfig) -> Vec<(&'static str, Vec<usize>)> {
+    fn layer_shapes(&self, c: &ModelConfig, i: usize) -> Vec<(&'static str, Vec<usize>)> {
+        let _ = i;
         let mut shapes = attention_mlp_shapes(c);
         let h = c.hidden_size;
         shapes.extend(self.norms().iter().map(|n| (*n, vec![h])));
@@ -84,17 +115,17 @@ pub(crate) trait Family: Sync {
     /// (`lm_head.weight` too, which tied checkpoints may leave out).
     fn checkpoint_shapes(&self, c: &ModelConfig) -> Vec<(String, Vec<usize>)> {
         let (h, v) = (c.hidden_size, c.vocab_size);
-        let mut all = vec![
+        let mut all = crate::model::per_layer::PerLayer::shapes(c);
+        all.extend([
             ("model.embed_tokens.weight".to_owned(), vec![v, h]),
-            ("model.norm.weight".to_owned(), vec![h]),
+            (self.final_norm_names().0.to_owned(), vec![h]),
             ("lm_head.weight".to_owned(), vec![v, h]),
-        ];
-        let layer = self.layer_shapes(c);
+        ]);
         for i in 0..c.num_layers {
             all.extend(
-                layer
-                    .iter()
-                    .map(|(name, shape)| (format!("model.layers.{i}.{name}"), shape.clone())),
+                self.layer_shapes(c, i)
+                    .into_iter()
+                    .map(|(name, shape)| (format!("model.layers.{i}.{name}"), shape)),
             );
         }
         all
@@ -102,28 +133,49 @@ pub(crate) trait Family: Sync {
 
     /// The llama.cpp name of a Hugging Face tensor name.
     fn gguf_name(&self, hf: &str) -> Option<String> {
-        if let Some((_, g)) = GLOBAL.iter().find(|(h, _)| *h == hf) {
-            return Some(g.to_string());
-        }
-        let rest = hf.strip_prefix("model.layers.")?;
-        let (layer, rest) = rest.split_once('.')?;
-        let (part, kind) = rest.rsplit_once('.')?;
-        let (_, g) = self.layer_names().iter().find(|(h, _)| *h == part)?;
-        Some(format!("blk.{layer}.{g}.{kind}"))
+        gguf_name_of(self, hf)
     }
 
     /// The Hugging Face name of a llama.cpp tensor name (the inverse of [`Family::gguf_name`]).
     fn hf_name_of(&self, g: &str) -> Option<String> {
-        if let Some((hf, _)) = GLOBAL.iter().find(|(_, n)| *n == g) {
-            return Some(hf.to_string());
-        }
-        let rest = g.strip_prefix("blk.")?;
-        let (layer, rest) = rest.split_once('.')?;
-        layer.parse::<usize>().ok()?;
-        let (part, kind) = rest.rsplit_once('.')?;
-        let (hf, _) = self.layer_names().iter().find(|(_, n)| *n == part)?;
-        Some(format!("model.layers.{layer}.{hf}.{kind}"))
+        hf_name_from(self, g)
     }
+}
+
+/// [`Family::gguf_name`] by the family's [`Family::layer_names`] and final norm (a family that names more
+/// overrides it and calls this for the rest).
+pub(crate) fn gguf_name_of<F: Family + ?Sized>(f: &F, hf: &str) -> Option<String> {
+    let norm = f.final_norm_names();
+    let mut global = GLOBAL
+        .iter()
+        .chain(&crate::model::per_layer::NAMES)
+        .chain([&norm]);
+    if let Some((_, g)) = global.find(|(h, _)| *h == hf) {
+        return Some(g.to_string());
+    }
+    let rest = hf.strip_prefix("model.layers.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    let (part, kind) = rest.rsplit_once('.')?;
+    let (_, g) = f.layer_names().iter().find(|(h, _)| *h == part)?;
+    Some(format!("blk.{layer}.{g}.{kind}"))
+}
+
+/// [`Family::hf_name_of`] by the family's [`Family::layer_names`] and final norm.
+pub(crate) fn hf_name_from<F: Family + ?Sized>(f: &F, g: &str) -> Option<String> {
+    let norm = f.final_norm_names();
+    let mut global = GLOBAL
+        .iter()
+        .chain(&crate::model::per_layer::NAMES)
+        .chain([&norm]);
+    if let Some((hf, _)) = global.find(|(_, n)| *n == g) {
+        return Some(hf.to_string());
+    }
+    let rest = g.strip_prefix("blk.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    layer.parse::<usize>().ok()?;
+    let (part, kind) = rest.rsplit_once('.')?;
+    let (hf, _) = f.layer_names().iter().find(|(_, n)| *n == part)?;
+    Some(format!("model.layers.{layer}.{hf}.{kind}"))
 }
 
 /// One decoder layer's weights, in its family's shape.

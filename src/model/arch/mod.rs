@@ -11,6 +11,9 @@
 //! | [`smollm3`]   | SmolLM3                               | Llama's, with NoPE layers               |
 //! | [`phi3`]      | Phi-3, Phi-3.5-mini, Phi-4-mini        | Llama's, fused qkv / gate_up, LongRoPE   |
 //! | [`gemma`]     | Gemma 2, Gemma 3                       | four norms, GELU-tanh, local/global     |
+//! | [`lfm2`]      | LFM2, LFM2.5                           | short-conv blocks between attention      |
+//! | [`qwen35`]    | Qwen3.5 (text)                         | Gated DeltaNet + gated attention         |
+//! | [`gemma4`]    | Gemma 4 (text: E2B/E4B)                | per-layer embeddings, shared K/V         |
 //!
 //! A vision-language family adds its vision part (`model::vision::VisionFamily`) to the family of its
 //! language model: [`idefics3`] (SmolVLM: SigLIP, pixel shuffle, a Llama LM), [`gemma`]'s
@@ -19,10 +22,13 @@
 
 mod family;
 pub mod gemma;
+pub mod gemma4;
 pub mod idefics3;
+pub mod lfm2;
 pub mod llama;
 pub mod llava;
 pub mod phi3;
+pub mod qwen35;
 pub mod smollm3;
 
 pub(crate) use family::{Family, Layer, StepParts};
@@ -48,6 +54,9 @@ pub enum Arch {
     Phi3,
     Gemma2,
     Gemma3,
+    Lfm2,
+    Qwen35,
+    Gemma4,
 }
 
 /// One registered architecture.
@@ -79,7 +88,7 @@ const fn entry(
 }
 
 /// Every architecture kiln runs.
-const SUPPORTED: [Entry; 8] = [
+const SUPPORTED: [Entry; 11] = [
     entry(
         Arch::Llama,
         &["LlamaForCausalLM"],
@@ -136,6 +145,27 @@ const SUPPORTED: [Entry; 8] = [
         &["gemma3_text"],
         Some("gemma3"),
         &gemma::Gemma(Arch::Gemma3),
+    ),
+    entry(
+        Arch::Lfm2,
+        &["Lfm2ForCausalLM"],
+        &["lfm2"],
+        Some("lfm2"),
+        &lfm2::Lfm2,
+    ),
+    entry(
+        Arch::Qwen35,
+        &["Qwen3_5ForCausalLM"],
+        &["qwen3_5_text", "qwen3_5"],
+        Some("qwen35"),
+        &qwen35::Qwen35,
+    ),
+    entry(
+        Arch::Gemma4,
+        &["Gemma4ForCausalLM"],
+        &["gemma4_text"],
+        Some("gemma4"),
+        &gemma4::Gemma4,
     ),
 ];
 

@@ -1,4 +1,5 @@
-//! Self-attention over the KV cache: q/k/v projections (separate or one fused `qkv_proj`), optional per-head
+//! Self-attention over the KV cache: q/k/v projections (separate or one fused `qkv_proj`; a q projection
+//! that also gives an output gate per head, Qwen3.5's), optional per-head
 //! q/k RMSNorm, rope (or none), grouped-query attention without copying K/V per query head, scores scaled by
 //! the config's factor, optional logit softcapping, the mask (causal, sliding window, bidirectional spans:
 //! [`crate::kernels::mask`]), the output projection.
@@ -31,6 +32,9 @@ pub enum Qkv {
     },
     /// One `[(H + 2K)·d, h]` projection, rows q then k then v (Phi-3's `qkv_proj`).
     Fused(Linear),
+    /// Queries only: the layer attends to an earlier layer's keys and values (Gemma 4's shared layers,
+    /// whose cache kind is `SharedKv`).
+    Shared(Linear),
 }
 
 /// One layer's attention weights.
@@ -58,6 +62,9 @@ pub struct Positions {
     /// absent for one new position, which sees every cached key (a window narrows the keys instead), and
     /// on the CPU backend, whose kernel reads [`Positions::mask`] as index ranges.
     masks: BTreeMap<Option<usize>, Tensor<4>>,
+    /// Every layer's own input at these positions, `[b, s, L, n]`, for a model with per-layer embeddings
+    /// (`model::per_layer`).
+    pub per_layer: Option<Tensor<4>>,
 }
 
 impl Positions {
@@ -78,6 +85,7 @@ impl Positions {
             ropes,
             spans,
             masks: BTreeMap::new(),
+            per_layer: None,
         };
         // The CPU backend's attention applies the masks as index ranges (`kernels::attention`).
         let generic = !matches!(device.as_dispatch(), DispatchDevice::Flex(_));
@@ -116,11 +124,17 @@ impl Attention {
         at: &Positions,
     ) -> Tensor<3> {
         let [b, s, _] = x.dims();
-        let (heads, kv, d) = (c.num_heads, c.num_kv_heads, c.head_dim);
+        let heads = c.num_heads;
+        let (kv, d) = c.attn_dims(layer);
         let (q, k, v) = match &self.qkv {
             Qkv::Split { q, k, v } => {
                 let [q, k, v] = Linear::forward_many([q, k, v], x);
                 (q, k, v)
+            }
+            Qkv::Shared(q) => {
+                // Nothing is appended: the cache hands back the source layer's keys and values.
+                let none = || Tensor::<3>::zeros([b, s, kv * d], &x.device());
+                (q.forward(x.clone()), none(), none())
             }
             Qkv::Fused(l) => {
                 let y = l.forward(x);
@@ -131,11 +145,33 @@ impl Attention {
                 )
             }
         };
+        // Qwen3.5's gated attention: each head's q rows are followed by its gate's.
+        let (q, gate) = match c.attn_output_gate {
+            true => {
+                let y = q.reshape([b, s, heads, 2 * d]);
+                let half = |at: usize| y.clone().narrow(3, at, d).reshape([b, s, heads * d]);
+                (half(0), Some(half(d)))
+            }
+            false => (q, None),
+        };
+        // The output projection of the heads' outputs `[b, s, H·d]`, after the gate's sigmoid.
+        let out = |attn: Tensor<3>| match &gate {
+            Some(g) => self
+                .o
+                .forward(attn * burn::tensor::activation::sigmoid(g.clone())),
+            None => self.o.forward(attn),
+        };
         let split = |y: Tensor<3>, n: usize| y.reshape([b, s, n, d]).swap_dims(1, 2); // [b, n, s, d]
-        let (mut q, mut k, v) = (split(q, heads), split(k, kv), split(v, kv));
+        let (mut q, mut k, mut v) = (split(q, heads), split(k, kv), split(v, kv));
         if let Some(w) = &self.qk_norm {
             q = rms_norm(q, w.clone().narrow(0, 0, d), c.rms_norm_eps);
-            k = rms_norm(k, w.clone().narrow(0, d, d), c.rms_norm_eps);
+            if w.dims()[0] == 2 * d {
+                k = rms_norm(k, w.clone().narrow(0, d, d), c.rms_norm_eps);
+            }
+        }
+        if c.v_norm {
+            let ones = Tensor::ones([d], &v.device());
+            v = rms_norm(v, ones, c.rms_norm_eps);
         }
         let kind = c.layers[layer];
         if let Some(r) = kind.rope {
@@ -146,7 +182,7 @@ impl Attention {
         let (mut keys, mut values) = cache.append(layer, k, v); // [b, K, t, d]
         let mask = at.mask(kind.window);
         if let Some(attn) = kernels::attention(&q, &keys, &values, c.attn_scale, c.attn_softcap, mask) {
-            return self.o.forward(attn);
+            return out(attn);
         }
         let mut t = at.pos + s;
         let seen = mask.keys(0);
@@ -171,7 +207,7 @@ impl Attention {
             scores = scores + m.clone();
         }
         let attn = kernels::softmax_last(scores).matmul(expand(values)); // [b, H, s, d]
-        self.o.forward(attn.swap_dims(1, 2).reshape([b, s, heads * d]))
+        out(attn.swap_dims(1, 2).reshape([b, s, heads * d]))
     }
 
     /// The projections' weights.
@@ -179,6 +215,7 @@ impl Attention {
         match &self.qkv {
             Qkv::Split { q, k, v } => vec![q, k, v, &self.o],
             Qkv::Fused(l) => vec![l, &self.o],
+            Qkv::Shared(q) => vec![q, &self.o],
         }
     }
 }

@@ -8,11 +8,15 @@
 //! shared), so a decode step costs its new positions, not a copy of the cache.
 //!
 //! A layer that shares an earlier layer's keys and values ([`CacheKind::SharedKv`]) holds nothing: it
-//! attends to what that layer appended in the same forward. Growth, forks ([`KvCache::repeat_rows`],
-//! [`KvCache::keep_rows`]), copies for the prefix cache and byte counts go layer by layer through the kind.
+//! attends to what that layer appended in the same forward. A recurrent layer ([`CacheKind::Conv`],
+//! [`CacheKind::Delta`]) holds a fixed-size [`State`] instead, and the cache keeps [`Snapshots`] of those
+//! states so that it can go back to an earlier position (`model::layers::state`). Growth, forks
+//! ([`KvCache::repeat_rows`], [`KvCache::keep_rows`]), copies for the prefix cache and byte counts go
+//! layer by layer through the kind.
 
 use burn::tensor::{DType, Device, Tensor};
 
+use super::state::{SNAPSHOT_EVERY, Snapshots, State};
 use crate::model::config::CacheKind;
 
 /// Positions added per growth step.
@@ -27,12 +31,18 @@ enum Held {
     Own(Option<(Tensor<4>, Tensor<4>)>),
     /// Layer `from`'s.
     Shared(usize),
+    /// A recurrent layer's state, `None` until the layer first runs (zeros) and while it runs.
+    State(Option<State>),
 }
 
 /// Keys and values of every layer for up to `capacity` positions.
 #[derive(Debug, Clone)]
 pub struct KvCache {
     layers: Vec<Held>,
+    /// Each layer's kind.
+    kinds: Vec<CacheKind>,
+    /// The recurrent layers' states at earlier positions.
+    snapshots: Snapshots,
     /// Positions filled so far.
     pub len: usize,
     /// The most positions this cache will hold.
@@ -40,8 +50,8 @@ pub struct KvCache {
     /// Positions the tensors have room for.
     allocated: usize,
     batch: usize,
-    kv_heads: usize,
-    head_dim: usize,
+    /// Per layer `(key-value heads, head dim)` of what it holds.
+    dims: Vec<(usize, usize)>,
     /// F32, or F16 where the fused wgpu step runs in f16 (`kernels::gpu::caps`).
     dtype: DType,
     device: Device,
@@ -87,20 +97,36 @@ impl KvCache {
         device: &Device,
         dtype: DType,
     ) -> Self {
+        let dims = vec![(kv_heads, head_dim); kinds.len()];
+        Self::with_layer_dims(kinds, &dims, batch, capacity, device, dtype)
+    }
+
+    /// [`KvCache::with_kinds`] with each layer's own `(key-value heads, head dim)` (Gemma 4's full-attention
+    /// layers have larger heads than its sliding ones).
+    pub fn with_layer_dims(
+        kinds: &[CacheKind],
+        dims: &[(usize, usize)],
+        batch: usize,
+        capacity: usize,
+        device: &Device,
+        dtype: DType,
+    ) -> Self {
         Self {
             layers: kinds
                 .iter()
                 .map(|k| match *k {
                     CacheKind::Kv => Held::Own(None),
                     CacheKind::SharedKv { from } => Held::Shared(from),
+                    CacheKind::Conv { .. } | CacheKind::Delta { .. } => Held::State(None),
                 })
                 .collect(),
+            kinds: kinds.to_vec(),
+            snapshots: Snapshots::default(),
             len: 0,
             capacity,
             allocated: 0,
             batch,
-            kv_heads,
-            head_dim,
+            dims: dims.to_vec(),
             dtype,
             device: device.clone(),
         }
@@ -128,23 +154,95 @@ impl KvCache {
 
     /// Each layer's kind.
     pub fn kinds(&self) -> Vec<CacheKind> {
+        self.kinds.clone()
+    }
+
+    /// Whether some layer keeps a recurrent state (and so goes back only to its snapshots).
+    pub fn is_recurrent(&self) -> bool {
+        self.kinds.iter().any(|k| k.is_recurrent())
+    }
+
+    /// Bytes the cache's tensors take on the device: keys and values, recurrent states and their
+    /// snapshots (each counted whole).
+    pub fn device_bytes(&self) -> usize {
+        self.bytes_per_position() * self.allocated
+            + self.state_bytes() * self.batch
+            + self.state_bytes() * self.snapshots.count()
+    }
+
+    /// Bytes the recurrent states of one sequence take, whatever its length.
+    pub fn state_bytes(&self) -> usize {
+        self.kinds.iter().map(|&k| State::bytes_of(k, 1)).sum()
+    }
+
+    /// Layer `layer`'s recurrent state, taken out for the layer to run (zeros before its first
+    /// position); the layer puts the next one back ([`KvCache::put_state`]).
+    ///
+    /// # Panics
+    /// When `layer` is not recurrent (a family's layer asks for its own kind's state).
+    pub fn take_state(&mut self, layer: usize) -> State {
+        let Held::State(held) = &mut self.layers[layer] else {
+            panic!("layer {layer} keeps keys and values, not a recurrent state")
+        };
+        held.take()
+            .or_else(|| State::zeros(self.kinds[layer], self.batch, &self.device))
+            .expect("a recurrent layer's kind has a state")
+    }
+
+    /// Sets layer `layer`'s recurrent state after the positions being appended.
+    pub fn put_state(&mut self, layer: usize, state: State) {
+        self.layers[layer] = Held::State(Some(state));
+    }
+
+    /// Keeps the recurrent states at [`KvCache::len`] as a snapshot to come back to (a one-row cache
+    /// with recurrent layers; nothing otherwise).
+    pub fn snapshot(&mut self) {
+        if !self.is_recurrent() || self.batch != 1 || self.len == 0 {
+            return;
+        }
+        let states = self.states();
+        self.snapshots.keep(self.len, states);
+    }
+
+    /// Where a forward of `s` positions from [`KvCache::len`] should stop to take a snapshot (every
+    /// [`SNAPSHOT_EVERY`] positions of a one-row recurrent cache): the positions to run first, or `None`.
+    pub fn snapshot_within(&self, s: usize) -> Option<usize> {
+        if !self.is_recurrent() || self.batch != 1 {
+            return None;
+        }
+        let next = (self.len / SNAPSHOT_EVERY + 1) * SNAPSHOT_EVERY;
+        (next < self.len + s).then(|| next - self.len)
+    }
+
+    /// The position [`KvCache::truncate`] to `len` goes back to: `len` itself (at most
+    /// [`KvCache::len`]) without recurrent layers; with them [`KvCache::len`] if `len` reaches it, else
+    /// the latest snapshot at or before `len` (0 when none is).
+    pub fn restorable(&self, len: usize) -> usize {
+        match (self.is_recurrent(), len >= self.len) {
+            (_, true) => self.len,
+            (false, false) => len,
+            (true, false) => self.snapshots.at_or_before(len).map_or(0, |s| s.len),
+        }
+    }
+
+    /// Every layer's current state (`None` for attention layers).
+    fn states(&self) -> Vec<Option<State>> {
         self.layers
             .iter()
             .map(|h| match h {
-                Held::Own(_) => CacheKind::Kv,
-                Held::Shared(from) => CacheKind::SharedKv { from: *from },
+                Held::State(s) => s.clone(),
+                _ => None,
             })
             .collect()
     }
 
-    /// Layers that hold keys and values of their own.
-    fn owners(&self) -> usize {
-        self.layers.iter().filter(|h| matches!(h, Held::Own(_))).count()
-    }
-
-    /// Bytes the cache's tensors take on the device.
-    pub fn device_bytes(&self) -> usize {
-        self.bytes_per_position() * self.allocated
+    /// Sets every recurrent layer's state to `states` (`None`: zeros when next run).
+    fn restore(&mut self, states: Vec<Option<State>>) {
+        for (held, state) in self.layers.iter_mut().zip(states) {
+            if let Held::State(s) = held {
+                *s = state;
+            }
+        }
     }
 
     /// Makes room for `t` positions, growing by whole blocks (capped at `capacity`). Existing positions
@@ -155,9 +253,9 @@ impl KvCache {
         }
         let target = t.div_ceil(BLOCK).saturating_mul(BLOCK).min(self.capacity.max(t));
         let extra = target - self.allocated;
-        let (b, k, d) = (self.batch, self.kv_heads, self.head_dim);
-        let zeros = || Tensor::<4>::zeros([b, k, extra, d], (&self.device, self.dtype));
-        for layer in &mut self.layers {
+        let b = self.batch;
+        for (layer, &(k, d)) in self.layers.iter_mut().zip(&self.dims) {
+            let zeros = || Tensor::<4>::zeros([b, k, extra, d], (&self.device, self.dtype));
             if let Held::Own(held) = layer {
                 *held = Some(match held.take() {
                     None => (zeros(), zeros()),
@@ -228,7 +326,9 @@ impl KvCache {
         match &mut self.layers[layer] {
             Held::Own(Some((keys, values))) => (keys, values),
             Held::Own(None) => unreachable!("reserve allocated every layer"),
-            Held::Shared(_) => unreachable!("the fused step runs only layers with their own cache"),
+            Held::Shared(_) | Held::State(_) => {
+                unreachable!("the fused step runs only layers with their own cache")
+            }
         }
     }
 
@@ -237,27 +337,44 @@ impl KvCache {
         self.len += s;
     }
 
-    /// Forgets positions from `len` on (they stay allocated, and the next append overwrites them).
+    /// Forgets positions from `len` on (they stay allocated, and the next append overwrites them). With
+    /// recurrent layers it goes back to [`KvCache::restorable`]`(len)`, which may be earlier: read
+    /// [`KvCache::len`] after.
     pub fn truncate(&mut self, len: usize) {
-        self.len = self.len.min(len);
+        let to = self.restorable(len);
+        if to < self.len && self.is_recurrent() {
+            let states = match self.snapshots.at_or_before(to) {
+                Some(s) => s.states.clone(),
+                None => vec![None; self.layers.len()],
+            };
+            self.restore(states);
+            self.snapshots.forget_after(to);
+        }
+        self.len = to;
     }
 
     /// Bytes one cached position takes over every layer and row (keys and values; a shared layer's are
     /// its source's).
     pub fn bytes_per_position(&self) -> usize {
-        self.elem_bytes() * 2 * self.owners() * self.batch * self.kv_heads * self.head_dim
+        let per_row: usize = self
+            .layers
+            .iter()
+            .zip(&self.dims)
+            .filter(|(h, _)| matches!(h, Held::Own(_)))
+            .map(|(_, (k, d))| k * d)
+            .sum();
+        self.elem_bytes() * 2 * self.batch * per_row
     }
 
     /// A cache of its own (new tensors: writing into one never touches the other) holding row 0's
-    /// positions `0..len` (at most [`KvCache::len`]), room for them rounded up to a [`BLOCK`], and this
-    /// cache's capacity.
+    /// positions `0..`[`KvCache::restorable`]`(len)`, room for them rounded up to a [`BLOCK`], and this
+    /// cache's capacity; recurrent states as they were there, and the snapshots up to there.
     pub fn copy_prefix(&self, len: usize) -> KvCache {
-        let len = len.min(self.len);
-        let mut out = KvCache::with_kinds(
+        let len = self.restorable(len);
+        let mut out = KvCache::with_layer_dims(
             &self.kinds(),
+            &self.dims,
             1,
-            self.kv_heads,
-            self.head_dim,
             self.capacity,
             &self.device,
             self.dtype,
@@ -265,9 +382,21 @@ impl KvCache {
         if len == 0 {
             return out;
         }
+        if self.is_recurrent() {
+            let states = match len == self.len {
+                true => self.states(),
+                false => self
+                    .snapshots
+                    .at_or_before(len)
+                    .map(|s| s.states.clone())
+                    .unwrap_or_default(),
+            };
+            let first = |s: State| s.map_rows(&|t: Tensor<4>| t.narrow(0, 0, 1));
+            out.restore(states.into_iter().map(|s| s.map(first)).collect());
+            out.snapshots = self.snapshots.up_to(len);
+        }
         out.reserve(len);
-        let (k, d) = (self.kv_heads, self.head_dim);
-        for (mine, theirs) in out.layers.iter_mut().zip(&self.layers) {
+        for ((mine, theirs), &(k, d)) in out.layers.iter_mut().zip(&self.layers).zip(&self.dims) {
             if let (Held::Own(mine), Held::Own(Some((src_k, src_v)))) = (mine, theirs)
                 && let Some((keys, values)) = mine.take()
             {
@@ -303,8 +432,10 @@ impl KvCache {
 
     fn map_rows(&mut self, batch: usize, f: impl Fn(Tensor<4>) -> Tensor<4>) {
         for layer in &mut self.layers {
-            if let Held::Own(held) = layer {
-                *held = held.take().map(|(k, v)| (f(k), f(v)));
+            match layer {
+                Held::Own(held) => *held = held.take().map(|(k, v)| (f(k), f(v))),
+                Held::State(held) => *held = held.take().map(|s| s.map_rows(&f)),
+                Held::Shared(_) => {}
             }
         }
         self.batch = batch;

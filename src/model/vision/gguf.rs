@@ -300,6 +300,7 @@ pub(crate) fn names(v: &VisionConfig, g: &Gguf<'_>) -> Result<Names, LoadError> 
         fixups: Fixups {
             permuted: None,
             norm_shift: kind.norm_shift,
+            arch: None,
         },
         dense: kind.dense,
         swapped_ffn,
@@ -527,6 +528,7 @@ mod tests {
             fixups: Fixups {
                 permuted: None,
                 norm_shift: 0.0,
+                arch: None,
             },
             dense: &[],
             swapped_ffn: false,

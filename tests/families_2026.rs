@@ -1,0 +1,180 @@
+//! The 2026 families — LFM2 (short convolutions), Qwen3.5 (Gated DeltaNet) and Gemma 4 (per-layer
+//! embeddings, shared keys and values, two head sizes) — against transformers' golden outputs (`tests/fixtures/make_golden_2026.py`): from safetensors and from GGUF
+//! written as llama.cpp's converter writes it, on burn's CPU backend and on native wgpu. Each: the prompt's
+//! logits at every position, 64 (GGUF: 32) greedy tokens, a 152-token prompt (longer than a chunk of the
+//! delta rule: `kernels::delta::CHUNK`, and than transformers' 64) in one forward and then 16 greedy
+//! tokens, and the same prompt run token by token giving the same logits as run at once.
+//!
+//! Tolerances: [`LOGITS_TOLERANCE`] (1e-3) against transformers from safetensors; from GGUF the
+//! quantised files' 1e-3 on wgpu and 2e-3 on the CPU backend (as `tests/gguf_files.rs`, whose 16-bit
+//! activation blocks explain the CPU's); token by token against one forward 1e-4.
+#![cfg(not(target_arch = "wasm32"))]
+
+use burn::tensor::{Device, Tensor};
+use kiln::loader::Checkpoint;
+use kiln::model::{Decoder, KvCache, ModelConfig};
+use serde::Deserialize;
+
+/// Logits must match transformers' within this max-abs difference (as `tests/golden`).
+const LOGITS_TOLERANCE: f32 = 1e-3;
+
+struct Fixture {
+    name: &'static str,
+    config: &'static [u8],
+    weights: &'static [u8],
+    golden: &'static str,
+}
+
+fn load(f: &Fixture, device: &Device) -> Decoder {
+    let config = ModelConfig::from_json(f.config).unwrap_or_else(|e| panic!("{}: {e}", f.name));
+    let mut ckpt = Checkpoint::single(f.weights).unwrap_or_else(|e| panic!("{}: {e}", f.name));
+    Decoder::load(config, &mut ckpt, device).unwrap_or_else(|e| panic!("{}: {e}", f.name))
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+fn fixtures() -> [(Fixture, &'static [u8], &'static str); 3] {
+    macro_rules! both {
+        ($name:literal, $gguf:literal) => {
+            (
+                Fixture {
+                    name: $name,
+                    config: include_bytes!(concat!("fixtures/golden/", $name, "/config.json")),
+                    weights: include_bytes!(concat!("fixtures/golden/", $name, "/model.safetensors")),
+                    golden: include_str!(concat!("fixtures/golden/", $name, "/golden.json")),
+                },
+                &include_bytes!(concat!("fixtures/gguf/tiny-", $gguf, ".gguf"))[..],
+                include_str!(concat!("fixtures/gguf/tiny-", $gguf, ".golden.json")),
+            )
+        };
+    }
+    [
+        both!("lfm2", "lfm2"),
+        both!("qwen3_5", "qwen35"),
+        both!("gemma4", "gemma4"),
+    ]
+}
+
+#[derive(Deserialize)]
+struct Golden {
+    prompt_ids: Vec<u32>,
+    logits: Vec<Vec<f32>>,
+    greedy_ids: Vec<u32>,
+    long_prompt_ids: Vec<u32>,
+    /// The long prompt's last 8 positions.
+    long_logits: Vec<Vec<f32>>,
+    long_greedy_ids: Vec<u32>,
+}
+
+fn read(t: Tensor<3>) -> Vec<f32> {
+    pollster::block_on(t.into_data_async())
+        .expect("read back")
+        .try_to_vec::<f32>()
+        .expect("f32")
+}
+
+fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in row.iter().enumerate() {
+        if v > row[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+fn greedy(decoder: &Decoder, cache: &mut KvCache, prompt: &[u32], n: usize) -> Vec<u32> {
+    let mut logits = decoder
+        .forward(&[prompt.to_vec()], cache, false)
+        .expect("prefill");
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let next = argmax(&read(logits));
+        out.push(next);
+        logits = decoder.forward(&[vec![next]], cache, false).expect("step");
+    }
+    out
+}
+
+fn gpu() -> Device {
+    pollster::block_on(kiln::engine::runtime::device::gpu())
+        .expect("a wgpu adapter")
+        .device
+}
+
+/// Everything the golden file holds, on `decoder`.
+fn check(name: &str, decoder: &Decoder, g: &Golden, (tolerance, stepped_tolerance): (f32, f32)) {
+    let mut cache = decoder.new_cache(1, g.prompt_ids.len() + g.greedy_ids.len());
+    let logits = decoder
+        .forward(std::slice::from_ref(&g.prompt_ids), &mut cache, true)
+        .expect("forward");
+    let diff = max_abs_diff(&read(logits), &g.logits.concat());
+    eprintln!("{name}: prompt logits max |Δ| = {diff:e}");
+    assert!(diff <= tolerance, "{name}: prompt logits differ by {diff}");
+    let mut cache = decoder.new_cache(1, g.prompt_ids.len() + g.greedy_ids.len());
+    let out = greedy(decoder, &mut cache, &g.prompt_ids, g.greedy_ids.len());
+    assert_eq!(out, g.greedy_ids, "{name}: greedy continuation");
+    let n = g.long_prompt_ids.len();
+    let mut cache = decoder.new_cache(1, n + g.long_greedy_ids.len());
+    let logits = decoder
+        .forward(std::slice::from_ref(&g.long_prompt_ids), &mut cache, true)
+        .expect("long forward");
+    let last = g.long_logits.len();
+    let at_once = read(logits.narrow(1, n - last, last));
+    let diff = max_abs_diff(&at_once, &g.long_logits.concat());
+    eprintln!("{name}: long prompt ({n} positions) max |Δ| = {diff:e}");
+    assert!(diff <= tolerance, "{name}: long-prompt logits differ by {diff}");
+    let mut cache = decoder.new_cache(1, n + g.long_greedy_ids.len());
+    let out = greedy(decoder, &mut cache, &g.long_prompt_ids, g.long_greedy_ids.len());
+    assert_eq!(out, g.long_greedy_ids, "{name}: greedy after the long prompt");
+    // Token by token: the recurrent form position after position.
+    let mut cache = decoder.new_cache(1, n);
+    let mut stepped = Vec::new();
+    for (i, &id) in g.long_prompt_ids.iter().enumerate() {
+        let logits = decoder.forward(&[vec![id]], &mut cache, false).expect("step");
+        if i >= n - last {
+            stepped.extend(read(logits));
+        }
+    }
+    let diff = max_abs_diff(&stepped, &at_once);
+    eprintln!("{name}: token by token against one forward max |Δ| = {diff:e}");
+    assert!(
+        diff <= stepped_tolerance,
+        "{name}: token-by-token logits differ by {diff}"
+    );
+}
+
+#[test]
+fn safetensors_match_transformers_on_flex_and_wgpu() {
+    for (f, _, _) in fixtures() {
+        let g: Golden = serde_json::from_str(f.golden).expect("golden");
+        for (device, label) in [(Device::flex(), "flex"), (gpu(), "wgpu")] {
+            let decoder = load(&f, &device);
+            check(
+                &format!("{} ({label})", f.name),
+                &decoder,
+                &g,
+                (LOGITS_TOLERANCE, 1e-4),
+            );
+        }
+    }
+}
+
+#[test]
+fn ggufs_match_their_dequantised_references_on_flex_and_wgpu() {
+    for (f, bytes, golden) in fixtures() {
+        let g: Golden = serde_json::from_str(golden).expect("golden");
+        for (device, label, tolerances) in [
+            (Device::flex(), "flex", (2e-3, 5e-3)),
+            (gpu(), "wgpu", (1e-3, 1e-3)),
+        ] {
+            let decoder = kiln::engine::LoadedModel::from_gguf("fixture", bytes, &device)
+                .unwrap_or_else(|e| panic!("{}: {e}", f.name))
+                .decoder;
+            check(&format!("{} gguf ({label})", f.name), &decoder, &g, tolerances);
+        }
+    }
+}
