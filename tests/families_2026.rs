@@ -178,3 +178,55 @@ fn ggufs_match_their_dequantised_references_on_flex_and_wgpu() {
         }
     }
 }
+
+/// GGUF metadata that contradicts the tensors it describes is a load error naming the key.
+#[test]
+fn metadata_contradicting_the_tensors_is_named() {
+    use kiln::loader::{Array, Gguf, Value, gguf_write};
+    let rewrite = |file: &[u8], key: &str, value: Value| {
+        let g = Gguf::parse(file).unwrap();
+        let mut meta = g.metadata.clone();
+        meta.insert(key.into(), value);
+        gguf_write::write(&meta, &gguf_write::tensors_of(&g)).unwrap()
+    };
+    let error = |bytes: &[u8]| match kiln::model::gguf::config(&Gguf::parse(bytes).unwrap()) {
+        Ok(_) => "loaded".to_owned(),
+        Err(e) => e.to_string(),
+    };
+    let files = fixtures();
+    let (lfm2, qwen, gemma) = (files[0].1, files[1].1, files[2].1);
+    for bytes in [lfm2, qwen, gemma] {
+        assert_eq!(error(bytes), "loaded");
+    }
+    let cases = [
+        (
+            lfm2,
+            "lfm2.attention.head_count_kv",
+            Value::Array(Array::U32(vec![2; 4])),
+        ),
+        (lfm2, "lfm2.shortconv.l_cache", Value::U32(4)),
+        (
+            qwen,
+            "qwen35.attention.recurrent_layers",
+            Value::Array(Array::Bool(vec![true; 6])),
+        ),
+        (qwen, "qwen35.ssm.time_step_rank", Value::U32(2)),
+        (qwen, "qwen35.ssm.conv_kernel", Value::U32(3)),
+        (qwen, "qwen35.ssm.state_size", Value::U32(8)),
+        (
+            gemma,
+            "gemma4.attention.sliding_window_pattern",
+            Value::Array(Array::Bool(vec![true; 8])),
+        ),
+        (gemma, "gemma4.attention.shared_kv_layers", Value::U32(2)),
+    ];
+    for (bytes, key, value) in cases {
+        let e = error(&rewrite(bytes, key, value));
+        eprintln!("{key}: {e}");
+        let named = match key {
+            "qwen35.ssm.state_size" => "qwen35.ssm.inner_size",
+            k => k,
+        };
+        assert!(e.contains(named), "{key}: {e}");
+    }
+}

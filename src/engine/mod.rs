@@ -37,7 +37,7 @@ pub enum EngineError {
     #[error("`{option}`: {message}")]
     LoadOption { option: &'static str, message: String },
     #[error(
-        "the model does not fit: its weights take {needed} MiB on this device, which holds at most {limit} MiB of weights"
+        "the model does not fit: its weights (and a recurrent model's states) take {needed} MiB on this device, which holds at most {limit} MiB of weights"
     )]
     TooLarge { needed: u64, limit: u64 },
 }

@@ -1,6 +1,7 @@
 //! The gated delta rule (Qwen3.5's Gated DeltaNet) on any device: the CPU backend runs its recurrent form
-//! ([`super::cpu::delta`]); other devices run burn's ops, one step for a decode position and the chunked
-//! form for a prefill ([`chunked`]).
+//! ([`super::cpu::delta`]), wgpu and WebGPU the same form in one launch of kiln's own (`gpu::delta`);
+//! burn's ops ([`gated_delta_ops`]: one step for a decode position, the chunked form for a prefill) are
+//! the path for anything else, and what the kernels are checked against besides the plain recurrence.
 //!
 //! The chunked form (transformers' `torch_chunk_gated_delta_rule`, after the DeltaNet paper's UT
 //! transform) takes [`CHUNK`] positions at once: within a chunk the corrections the positions make to each
@@ -56,6 +57,13 @@ pub fn gated_delta(
             Tensor::from_primitive::<Flex>(FlexTensor::from_data(TensorData::new(values, shape)))
         };
         return (flex(out, [b, s, hv, dv]), flex(next, [b, hv, dk, dv]));
+    }
+    #[cfg(feature = "webgpu")]
+    if matches!(q.device().as_dispatch(), DispatchDevice::Cube(_))
+        && dk <= super::gpu::delta::MAX_DIM
+        && dv <= super::gpu::delta::MAX_DIM
+    {
+        return super::gpu::delta::gated_delta((q, k, v), (g, beta), state, tiled);
     }
     gated_delta_ops((q, k, v), (g, beta), state, tiled)
 }

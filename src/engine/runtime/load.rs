@@ -21,6 +21,7 @@ use crate::loader::gguf::TensorInfo;
 use crate::loader::stream::{Event, GgufStream};
 use crate::loader::{Gguf, GgufError, LoadError, split};
 use crate::model::gguf::{self as gguf_model, CONFIG_TENSORS, Fixups};
+use crate::model::layers::state::{self, MAX_SNAPSHOTS};
 use crate::model::vision::assemble_in;
 use crate::model::vision::gguf as mmproj;
 use crate::model::vision::preprocess::ImageProcessor;
@@ -373,7 +374,13 @@ fn stage(g: &Gguf<'static>, device: &Device, limit: Option<u64>) -> Result<Stagi
         return Err(LoadError::Missing(format!("{g_name} ({missing})")).into());
     }
     if let Some(limit) = limit {
-        check_fit(g, device, limit, 0)?;
+        // With a recurrent model's states: one sequence's, and the snapshots it may keep.
+        let states: usize = config
+            .layers
+            .iter()
+            .map(|l| state::State::bytes_of(l.cache, 1))
+            .sum();
+        check_fit(g, device, limit, (states * (1 + MAX_SNAPSHOTS)) as u64)?;
     }
     check_bindings(g, device)?;
     let total = g.tensors.iter().map(|(_, t)| (t.end - t.start) as u64).sum();

@@ -31,6 +31,7 @@
 
 pub mod caps;
 pub mod decode;
+pub mod delta;
 mod dequant;
 mod embed;
 pub mod encoder_attention;

@@ -182,7 +182,41 @@ impl Family for Gemma4 {
                 .collect(),
         );
         hf.global_head_dim = hf.head_dim;
-        hf.head_dim = Some(m.usize("attention.key_length_swa")?);
+        let swa_d = m.usize("attention.key_length_swa")?;
+        hf.head_dim = Some(swa_d);
+        // The keys against the tensors: each layer's q projection has its type's heads.
+        let heads = hf.num_attention_heads;
+        for (i, &s) in sliding.iter().enumerate() {
+            let d = if s {
+                swa_d
+            } else {
+                hf.global_head_dim.unwrap_or(swa_d)
+            };
+            if let Some(t) = m.tensor(&format!("blk.{i}.attn_q.weight"))
+                && t.shape().first() != Some(&(heads * d))
+            {
+                return Err(m.error(
+                    "attention.sliding_window_pattern",
+                    format!(
+                        "layer {i} has heads of {d}; blk.{i}.attn_q.weight is {:?}",
+                        t.shape()
+                    ),
+                ));
+            }
+        }
+        let shared = m.opt_usize("attention.shared_kv_layers")?.unwrap_or(0);
+        for i in 0..sliding.len() {
+            let own = m.tensor(&format!("blk.{i}.attn_k.weight")).is_some();
+            if own == (i + shared >= sliding.len()) {
+                return Err(m.error(
+                    "attention.shared_kv_layers",
+                    format!(
+                        "{shared} shared layers; layer {i} {} keys of its own",
+                        if own { "has" } else { "lacks" }
+                    ),
+                ));
+            }
+        }
         if let Some(kv) = m.opt_usizes("attention.head_count_kv")? {
             // Per layer: the full-attention layers' count, where it differs.
             hf.num_key_value_heads = sliding.iter().zip(&kv).find(|(s, _)| **s).map(|(_, &k)| k);

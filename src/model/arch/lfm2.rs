@@ -122,10 +122,30 @@ impl Family for Lfm2 {
 
     /// `shortconv.l_cache`, and which layers attend from the per-layer `attention.head_count_kv`.
     fn gguf_config(&self, m: &Meta<'_, '_>, hf: &mut HfConfig) -> Result<(), LoadError> {
-        hf.conv_l_cache = Some(m.usize("shortconv.l_cache")?);
+        let taps = m.usize("shortconv.l_cache")?;
+        hf.conv_l_cache = Some(taps);
         // The file stores the adjusted MLP width.
         hf.block_auto_adjust_ff_dim = Some(false);
         if let Some(kv) = m.opt_usizes("attention.head_count_kv")? {
+            // The keys against the tensors: a layer attends where the file has its q projection.
+            for (i, &k) in kv.iter().enumerate() {
+                let conv = m.tensor(&format!("blk.{i}.shortconv.conv.weight"));
+                if (k > 0) != m.tensor(&format!("blk.{i}.attn_q.weight")).is_some() {
+                    let what = if k > 0 { "attention" } else { "a conv block" };
+                    return Err(m.error(
+                        "attention.head_count_kv",
+                        format!("makes layer {i} {what}; its tensors disagree"),
+                    ));
+                }
+                if let Some(t) = conv
+                    && t.shape().last() != Some(&taps)
+                {
+                    return Err(m.error(
+                        "shortconv.l_cache",
+                        format!("{taps} taps; blk.{i}.shortconv.conv.weight is {:?}", t.shape()),
+                    ));
+                }
+            }
             hf.layer_types = Some(
                 kv.iter()
                     .map(|&k| if k == 0 { "conv" } else { "full_attention" }.to_owned())

@@ -207,6 +207,7 @@ impl Family for Qwen35 {
                 "files with multi-token-prediction blocks are not supported yet; convert without them",
             ));
         }
+        check_gguf(m, hf)?;
         if let Some(flags) = m.opt_bools("attention.recurrent_layers")? {
             hf.layer_types = Some(
                 flags
@@ -335,6 +336,67 @@ impl Family for Qwen35 {
     ) -> Result<Arc<dyn super::Layer>, LoadError> {
         Ok(Arc::new(Layer::load(c, i, ckpt)?))
     }
+}
+
+/// The `ssm.*` keys and `attention.recurrent_layers` against the tensors they describe, each mismatch an
+/// error naming the key.
+fn check_gguf(m: &Meta<'_, '_>, hf: &HfConfig) -> Result<(), LoadError> {
+    let (Some(hk), Some(hv), Some(dk), Some(dv), Some(w)) = (
+        hf.linear_num_key_heads,
+        hf.linear_num_value_heads,
+        hf.linear_key_head_dim,
+        hf.linear_value_head_dim,
+        hf.linear_conv_kernel_dim,
+    ) else {
+        return Ok(());
+    };
+    let flags = m.opt_bools("attention.recurrent_layers")?.unwrap_or_default();
+    for (i, &recurrent) in flags.iter().enumerate() {
+        if recurrent != m.tensor(&format!("blk.{i}.ssm_a")).is_some() {
+            let what = if recurrent {
+                "a DeltaNet layer"
+            } else {
+                "full attention"
+            };
+            return Err(m.error(
+                "attention.recurrent_layers",
+                format!("makes layer {i} {what}; its tensors disagree"),
+            ));
+        }
+        if !recurrent {
+            continue;
+        }
+        let shape = |name: &str| m.tensor(&format!("blk.{i}.{name}")).map(|t| t.shape());
+        if let Some(s) = shape("ssm_a")
+            && s != [hv]
+        {
+            return Err(m.error(
+                "ssm.time_step_rank",
+                format!("{hv} value heads; blk.{i}.ssm_a is {s:?}"),
+            ));
+        }
+        if let Some(s) = shape("ssm_conv1d.weight")
+            && s.last() != Some(&w)
+        {
+            return Err(m.error(
+                "ssm.conv_kernel",
+                format!("{w} taps; blk.{i}.ssm_conv1d.weight is {s:?}"),
+            ));
+        }
+        let channels = 2 * hk * dk + hv * dv;
+        if let Some(s) = shape("attn_qkv.weight")
+            && s.first() != Some(&channels)
+        {
+            return Err(m.error(
+                "ssm.inner_size",
+                format!(
+                    "with ssm.group_count {hk} and ssm.state_size {dk}, q, k and v take {channels} rows; \
+                     blk.{i}.attn_qkv.weight is {s:?}"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The Gated DeltaNet's weights.
