@@ -23,6 +23,9 @@ const REQUIRED: &[&str] = &[
     "HuggingFaceTB-SmolLM3-3B.jinja",
     "mistralai-Mistral-Nemo-Instruct-2407.jinja",
     "microsoft-Phi-3.5-mini-instruct.jinja",
+    "Qwen3.5-4B.jinja",
+    "google-gemma-4-31B-it.jinja",
+    "LFM2.5-Instruct.jinja",
 ];
 
 /// Where `expected` and `got` first differ, with a little context around that byte.

@@ -105,6 +105,11 @@ fn qwen35() {
 }
 
 #[test]
+fn gemma_4() {
+    check("gemma-4");
+}
+
+#[test]
 fn llama_spm() {
     check("llama-spm");
 }
@@ -188,15 +193,43 @@ fn special_tokens_and_flags() {
     assert!(!gpt2.add_bos && gpt2.tokenizer.encode("Hello", true).unwrap().get_ids() == [15496]);
 }
 
-/// Vocabularies kiln does not build (WordPiece, Unigram, Gemma 4's SentencePiece-style BPE) are errors
-/// that name the model.
+/// Gemma 4 (`tokenizer.ggml.model` = `gemma4`) as llama.cpp sets it up: BOS always added, `<eos>`, `<turn|>`
+/// and `<|tool_response>` end generation; its control tokens are special, its channel, tool-call and
+/// string marks plain added tokens (kept in decoded text); bytes fall back to `<0xNN>`.
+#[test]
+fn gemma_4_special_tokens() {
+    let bytes = read("llama.cpp/models/ggml-vocab-gemma-4.gguf");
+    let tok = load(&bytes).unwrap();
+    assert_eq!(
+        (tok.bos_token_id, tok.eos_token_id, tok.add_bos, tok.add_eos),
+        (Some(2), Some(1), true, false)
+    );
+    assert_eq!(
+        tok.eog_token_ids,
+        [1, 50, 106],
+        "<eos>, <|tool_response>, <turn|>"
+    );
+    let t = &tok.tokenizer;
+    let text =
+        "<|turn>model\n<|channel>thought\nHm.<channel|><|tool_call>call:f{a:<|\"|>x y<|\"|>}<tool_call|>";
+    let ids = t.encode(text, true).unwrap().get_ids().to_vec();
+    assert_eq!(ids[..3], [2, 105, 4368], "BOS, <|turn>, model");
+    for marker in [100, 101, 48, 49, 52] {
+        assert!(ids.contains(&marker), "{marker} in {ids:?}");
+    }
+    assert_eq!(t.decode(&ids, false).unwrap(), format!("<bos>{text}"));
+    assert_eq!(t.decode(&ids, true).unwrap(), &text["<|turn>".len()..]);
+    // A character without a token: its UTF-8 bytes as `<0xNN>` tokens, decoded back.
+    let rare = "\u{10FFFD}";
+    let ids = t.encode(rare, false).unwrap().get_ids().to_vec();
+    assert_eq!(ids.len(), 4, "{ids:?}");
+    assert_eq!(t.decode(&ids, true).unwrap(), rare);
+}
+
+/// Vocabularies kiln does not build (WordPiece, Unigram) are errors that name the model.
 #[test]
 fn unsupported_models_are_errors() {
-    for (name, model) in [
-        ("bert-bge", "bert"),
-        ("nomic-bert-moe", "t5"),
-        ("gemma-4", "gemma4"),
-    ] {
+    for (name, model) in [("bert-bge", "bert"), ("nomic-bert-moe", "t5")] {
         let bytes = read(&format!("llama.cpp/models/ggml-vocab-{name}.gguf"));
         match load(&bytes) {
             Err(e @ GgufTokenizerError::UnsupportedModel(_)) => {

@@ -17,6 +17,13 @@
 //!   default) and replaces spaces by `▁`; there is no pre-tokenizer, so a segment merges as one word. The
 //!   decoder turns `▁` into a space and byte tokens into bytes, fuses, and strips the one leading space the
 //!   prefix added (as Hugging Face's `LlamaTokenizerFast`).
+//! - `gemma4`: Gemma 4's BPE over `tokenizer.ggml.merges` (split as for `gpt2`) on raw UTF-8, as
+//!   llama.cpp's `LLAMA_VOCAB_PRE_TYPE_GEMMA4`: spaces become `▁` (no prefix), the text is cut into lines
+//!   and runs of line breaks (`[^\n]+|[\n]+`) that merge separately, and a character without a token
+//!   falls back to the `<0xNN>` byte tokens. (llama.cpp looks a run of line breaks up whole before
+//!   merging; for Gemma 4's vocabulary merging gives the same tokens.) The decoder is the SentencePiece one
+//!   without the strip. BOS is always added, whatever `tokenizer.ggml.add_bos_token` says (llama.cpp
+//!   overrides it), and `tokenizer.ggml.pre` is ignored.
 //!
 //! `tokenizer.ggml.token_type` (1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte): control
 //! and unknown tokens become special added tokens, user-defined ones plain added tokens, all matched on the
@@ -25,8 +32,8 @@
 //! user-defined ones still split, which is llama.cpp's `parse_special = false`.
 //!
 //! `tokenizer.ggml.add_bos_token` / `add_eos_token` (when absent, as llama.cpp: BOS for `llama` and for the
-//! `llama-bpe` and `tekken` pre types) become a `TemplateProcessing` post-processor, so `encode(text, true)`
-//! adds them.
+//! `llama-bpe` and `tekken` pre types; always for `gemma4`) become a `TemplateProcessing` post-processor,
+//! so `encode(text, true)` adds them.
 //!
 //! Deviations from llama.cpp: equal merge scores are ordered by token id, not by position; added tokens
 //! match leftmost-longest, not longest-first; a `llama` merge whose halves are not both tokens is never
@@ -76,8 +83,8 @@ pub enum GgufTokenizerError {
     #[error("GGUF metadata key `{key}`: {reason}")]
     Invalid { key: &'static str, reason: String },
     #[error(
-        "`tokenizer.ggml.model` is `{0}`; kiln builds tokenizers for `gpt2` (byte-level BPE) and `llama` \
-         (SentencePiece BPE)"
+        "`tokenizer.ggml.model` is `{0}`; kiln builds tokenizers for `gpt2` (byte-level BPE), `llama` \
+         (SentencePiece BPE) and `gemma4` (Gemma 4's BPE)"
     )]
     UnsupportedModel(String),
     #[error("`tokenizer.ggml.pre` is `{0}`, a pre-tokenizer kiln does not know")]
@@ -103,134 +110,31 @@ const UNKNOWN: i64 = 2;
 const CONTROL: i64 = 3;
 const USER_DEFINED: i64 = 4;
 
-// llama.cpp's pre-tokenizer regexes (`llm_tokenizer_bpe`), each splitting the pieces of the one before.
-// Non-ASCII characters are written as `\x{..}`: a source file in NFC would change some of them.
-macro_rules! contractions {
-    () => {
-        r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
-    };
-}
-macro_rules! words {
-    () => {
-        r"|[^\r\n\p{L}\p{N}]?\p{L}+|"
-    };
-}
-macro_rules! tail {
-    () => {
-        r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-    };
-}
-const GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)";
-const LLAMA3: &str = concat!(contractions!(), words!(), r"\p{N}{1,3}|", tail!());
-const QWEN2: &str = concat!(contractions!(), words!(), r"\p{N}|", tail!());
-const QWEN35: &str = concat!(
-    contractions!(),
-    r"|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-);
-// Mistral's tekken and GPT-4o's regexes as their `tokenizer.json` has them (llama.cpp rewrites them for
-// `std::regex`, which lacks these classes).
-macro_rules! cased {
-    () => {
-        r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
-    };
-}
-macro_rules! upper {
-    () => {
-        r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
-    };
-}
-const TEKKEN: &str = concat!(
-    cased!(),
-    "|",
-    upper!(),
-    r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-);
-const GPT4O: &str = concat!(
-    cased!(),
-    contractions!(),
-    "?|",
-    upper!(),
-    contractions!(),
-    r"?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-);
-const CJK: &str = r"[\x{4E00}-\x{9FA5}\x{800}-\x{4E00}\x{AC00}-\x{D7FF}]+";
-const DEEPSEEK_LATIN: &str = concat!(
-    r"\s?[",
-    r"A-Za-z\x{B5}\x{C0}-\x{D6}\x{D8}-\x{F6}\x{F8}-\x{1BA}\x{1BC}-\x{1BF}\x{1C4}-\x{293}",
-    r"\x{295}-\x{2AF}\x{370}-\x{373}\x{376}\x{377}\x{37B}-\x{37D}\x{37F}\x{386}\x{388}-\x{38A}",
-    r"\x{38C}\x{38E}-\x{3A1}\x{3A3}-\x{3F5}\x{3F7}-\x{481}\x{48A}-\x{52F}\x{531}-\x{556}",
-    r"\x{10A0}-\x{10C5}\x{13A0}-\x{13F5}\x{13F8}-\x{13FD}\x{1C90}-\x{1CBA}\x{1CBD}-\x{1CBF}",
-    r"\x{1D00}-\x{1D2B}\x{1D6B}-\x{1D77}\x{1D79}-\x{1D9A}\x{1E00}-\x{1F15}\x{1F18}-\x{1F1D}",
-    r"\x{1F20}-\x{1F45}\x{1F48}-\x{1F4D}\x{1F50}-\x{1F57}\x{1F59}\x{1F5B}\x{1F5D}\x{1F5F}-",
-    r"\x{1F7D}\x{1F80}-\x{1FB4}\x{1FB6}-\x{1FBC}\x{1FBE}\x{1FC2}-\x{1FC4}\x{1FC6}-\x{1FCC}",
-    r"\x{1FD0}-\x{1FD3}\x{1FD6}-\x{1FDB}\x{1FE0}-\x{1FEC}\x{1FF2}-\x{1FF4}\x{1FF6}-\x{1FFC}",
-    r"\x{2102}\x{2107}\x{210A}-\x{2113}\x{2115}\x{2119}-\x{211D}\x{2124}\x{2126}\x{2128}",
-    r"\x{212A}-\x{212D}\x{212F}-\x{2134}\x{2139}\x{213C}-\x{213F}\x{2145}-\x{2149}\x{214E}",
-    r"\x{2183}\x{2184}\x{2C00}-\x{2C7B}\x{2C7E}-\x{2CE4}\x{2CEB}-\x{2CEE}\x{2CF2}\x{2CF3}",
-    r"\x{A640}-\x{A66D}\x{A680}-\x{A69B}\x{A722}-\x{A76F}\x{A771}-\x{A787}\x{A78B}-\x{A78E}",
-    r"\x{AB70}-\x{ABBF}\x{FB00}-\x{FB06}\x{FB13}-\x{FB17}\x{FF21}-\x{FF3A}\x{FF41}-\x{FF5A}",
-    r"\x{10400}-\x{1044F}\x{104B0}-\x{104D3}\x{104D8}-\x{104FB}\x{10C80}-\x{10CB2}\x{10CC0}-",
-    r"\x{10CF2}\x{118A0}-\x{118DF}\x{1E900}-\x{1E943}",
-    "]+"
-);
-const DEEPSEEK_PUNCT: &str =
-    r"\s?[!-/:-~\x{FF01}-\x{FF0F}\x{FF1A}-\x{FF5E}\x{2018}-\x{201F}\x{3000}-\x{3002}]+";
-const DEEPSEEK3: &str = concat!(
-    r##"[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"##,
-    r"| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-);
-const KANA_HAN: &str = r"[\x{4E00}-\x{9FA5}\x{3040}-\x{309F}\x{30A0}-\x{30FF}]+";
+mod pre;
 
-/// What a `tokenizer.ggml.pre` value means for a `gpt2` model (llama.cpp's `llama_vocab::impl::load`).
-struct PreType {
-    regexes: &'static [&'static str],
-    /// Look a whole piece up in the vocabulary before merging.
-    ignore_merges: bool,
-    /// `add_bos` when `tokenizer.ggml.add_bos_token` is absent.
-    add_bos: bool,
-}
+use pre::{GEMMA4, PreType, pre, pre_type};
 
-/// The `tokenizer.ggml.pre` values kiln knows for a `gpt2` model (space-separated names sharing a type), from
-/// llama.cpp's `llama_vocab::impl::load`.
-#[rustfmt::skip]
-const PRE_TYPES: &[(&str, PreType)] = &[
-    ("default", pre(&[r"[\p{P}\$\+<=>\^~\|]+", GPT2, r"\p{N}+", "[0-9][0-9][0-9]"], false, false)),
-    ("llama3 llama-v3 llama-bpe falcon3 falcon-h1 pixtral midm-2.0 lfm2", pre(&[LLAMA3], true, true)),
-    ("dbrx smaug-bpe chatglm-bpe", pre(&[LLAMA3], false, false)),
-    ("glm4 glm5", pre(&[LLAMA3], true, false)),
-    ("deepseek-llm", pre(&["[\r\n]", DEEPSEEK_LATIN, DEEPSEEK_PUNCT, r"\s+$", CJK, r"\p{N}+"], false, false)),
-    ("deepseek-coder", pre(&["[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", CJK, r"\p{N}"], false, false)),
-    ("deepseek-v3 hunyuan-dense joyai-llm hy_v4", pre(&[r"\p{N}{1,3}", KANA_HAN, DEEPSEEK3], false, false)),
-    ("falcon", pre(&[r"[\p{P}\$\+<=>\^~\|`]+", GPT2, "[0-9][0-9][0-9]"], false, false)),
-    ("starcoder refact command-r smollm codeshell exaone minerva-7b", pre(&[r"\p{N}", GPT2], false, false)),
-    ("gpt-2 phi-2 gigachat a.x-4.0 mellum mpt olmo jais trillion exaone4", pre(&[GPT2], false, false)),
-    ("qwen2 deepseek-r1-qwen megrez stablelm2 hunyuan solar-open grok-2", pre(&[QWEN2], false, false)),
-    ("qwen35", pre(&[QWEN35], false, false)),
-    ("tekken", pre(&[TEKKEN], true, true)),
-    ("gpt-4o llama4 kanana2 talkie minimax-m2", pre(&[GPT4O], false, false)),
-];
-
-const fn pre(regexes: &'static [&'static str], ignore_merges: bool, add_bos: bool) -> PreType {
-    PreType {
-        regexes,
-        ignore_merges,
-        add_bos,
-    }
-}
-
-fn pre_type(name: &str) -> Option<&'static PreType> {
-    let known = |names: &str| names.split(' ').any(|n| n == name);
-    PRE_TYPES.iter().find(|(names, _)| known(names)).map(|(_, t)| t)
+/// The tokenizer models kiln builds (`tokenizer.ggml.model`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// `llama`: SentencePiece BPE from scores.
+    Spm,
+    /// `gpt2`: byte-level BPE from merges.
+    Gpt2,
+    /// `gemma4`: BPE from merges on raw UTF-8 with `▁` for spaces and `<0xNN>` byte fallback.
+    Gemma4,
 }
 
 /// Builds the tokenizer `g`'s metadata describes.
 pub fn tokenizer_from_gguf(g: &Gguf<'_>) -> Result<GgufTokenizer, GgufTokenizerError> {
     let model = string(g, MODEL)?.ok_or(Error::Missing(MODEL))?;
-    let spm = match model {
-        "llama" => true,
-        "gpt2" => false,
+    let kind = match model {
+        "llama" => Kind::Spm,
+        "gpt2" => Kind::Gpt2,
+        "gemma4" => Kind::Gemma4,
         other => return Err(Error::UnsupportedModel(other.into())),
     };
+    let spm = kind == Kind::Spm;
     let tokens = g
         .strings(TOKENS)
         .map_err(|_| invalid(TOKENS, "is not an array of strings"))?
@@ -279,68 +183,38 @@ pub fn tokenizer_from_gguf(g: &Gguf<'_>) -> Result<GgufTokenizer, GgufTokenizerE
     let eos = id(EOS, spm.then_some(2))?;
     let unk = id(UNK, spm.then_some(0))?;
 
-    // `tokenizer.ggml.pre` is ignored for `llama` (SentencePiece adds BOS by default).
-    let pre_type = if spm {
-        &pre(&[], false, true)
-    } else {
-        let name = string(g, PRE)?.unwrap_or("default");
-        pre_type(name).ok_or_else(|| Error::UnsupportedPre(name.into()))?
+    // `tokenizer.ggml.pre` is ignored for `llama` (SentencePiece adds BOS by default) and `gemma4`, whose
+    // BOS llama.cpp always adds, whatever `add_bos_token` says.
+    let pre_type = match kind {
+        Kind::Spm => &pre(&[], false, true),
+        Kind::Gemma4 => &pre(&[GEMMA4], false, true),
+        Kind::Gpt2 => {
+            let name = string(g, PRE)?.unwrap_or("default");
+            pre_type(name).ok_or_else(|| Error::UnsupportedPre(name.into()))?
+        }
     };
-    let add_bos = boolean(g, "tokenizer.ggml.add_bos_token")?.unwrap_or(pre_type.add_bos);
+    let add_bos =
+        kind == Kind::Gemma4 || boolean(g, "tokenizer.ggml.add_bos_token")?.unwrap_or(pre_type.add_bos);
     let add_eos = boolean(g, "tokenizer.ggml.add_eos_token")?.unwrap_or(false);
 
     let eog_token_ids = eog_ids(g, &vocab, n, eos)?;
-    let mut tokenizer = if spm {
-        let scores = match g.get(SCORES) {
-            None => vec![0.0; n],
-            Some(v) => numbers(v, SCORES, n)?,
-        };
-        let merges = spm_merges(&texts, &vocab, &scores);
-        let mut builder = BPE::builder()
-            .vocab_and_merges(vocab, merges)
-            .byte_fallback(true)
-            .fuse_unk(true);
-        if let Some(u) = unk {
-            builder = builder.unk_token(texts[u as usize].clone());
+    let unk = unk.map(|u| texts[u as usize].clone());
+    let mut tokenizer = match kind {
+        Kind::Spm => {
+            let scores = match g.get(SCORES) {
+                None => vec![0.0; n],
+                Some(v) => numbers(v, SCORES, n)?,
+            };
+            let merges = spm_merges(&texts, &vocab, &scores);
+            let prefix = boolean(g, "tokenizer.ggml.add_space_prefix")?.unwrap_or(true);
+            sentencepiece(vocab, merges, unk, prefix, SCORES, &[])?
         }
-        let mut t = Tokenizer::new(builder.build().map_err(|e| build(SCORES, e))?);
-        let prefix = boolean(g, "tokenizer.ggml.add_space_prefix")?.unwrap_or(true);
-        let replace = |from: &str, to: &str| Replace::new(from, to).map_err(|e| build(MODEL, e));
-        let mut normalizers = vec![NormalizerWrapper::Replace(replace(" ", "▁")?)];
-        let mut decoders = vec![
-            DecoderWrapper::Replace(replace("▁", " ")?),
-            DecoderWrapper::ByteFallback(ByteFallback::new()),
-            DecoderWrapper::Fuse(Fuse::new()),
-        ];
-        if prefix {
-            normalizers.insert(0, NormalizerWrapper::Prepend(Prepend::new("▁".into())));
-            decoders.push(DecoderWrapper::Strip(Strip::new(' ', 1, 0)));
+        Kind::Gemma4 => {
+            let merges = string_array(g, MERGES)?.ok_or(Error::Missing(MERGES))?;
+            let merges = gpt2_merges(&merges, &vocab);
+            sentencepiece(vocab, merges, unk, false, MERGES, pre_type.regexes)?
         }
-        t.with_normalizer(Some(NormalizerSequence::new(normalizers)));
-        t.with_decoder(Some(DecoderSequence::new(decoders)));
-        t
-    } else {
-        let merges = string_array(g, MERGES)?.ok_or(Error::Missing(MERGES))?;
-        let merges = gpt2_merges(&merges, &vocab);
-        let builder = BPE::builder()
-            .vocab_and_merges(vocab, merges)
-            .ignore_merges(pre_type.ignore_merges);
-        let mut t = Tokenizer::new(builder.build().map_err(|e| build(MERGES, e))?);
-        let mut pres = Vec::with_capacity(pre_type.regexes.len() + 1);
-        for r in pre_type.regexes {
-            let split = Split::new(
-                SplitPattern::Regex(r.to_string()),
-                SplitDelimiterBehavior::Isolated,
-                false,
-            );
-            pres.push(PreTokenizerWrapper::Split(split.map_err(|e| build(PRE, e))?));
-        }
-        pres.push(PreTokenizerWrapper::ByteLevel(ByteLevel::new(
-            false, false, false,
-        )));
-        t.with_pre_tokenizer(Some(PreSequence::new(pres)));
-        t.with_decoder(Some(DecoderWrapper::ByteLevel(ByteLevel::default())));
-        t
+        Kind::Gpt2 => byte_level(g, vocab, pre_type)?,
     };
 
     // Added tokens, matched on the raw text like llama.cpp's `tokenizer_st_partition`.
@@ -402,6 +276,77 @@ pub fn tokenizer_from_gguf(g: &Gguf<'_>) -> Result<GgufTokenizer, GgufTokenizerE
     })
 }
 
+/// A BPE over SentencePiece-style pieces (`▁` for a space, `<0xNN>` byte fallback), as Hugging Face builds
+/// Llama's and Gemma's tokenizers: spaces become `▁` (after a `▁` prefix per text segment when `prefix`);
+/// each of `regexes` splits the pieces of the one before (none: a segment merges as one word). The decoder
+/// undoes it all, stripping the one leading space the prefix added.
+fn sentencepiece(
+    vocab: Vocab,
+    merges: Vec<(String, String)>,
+    unk: Option<String>,
+    prefix: bool,
+    key: &'static str,
+    regexes: &[&str],
+) -> Result<Tokenizer, Error> {
+    let mut builder = BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .byte_fallback(true)
+        .fuse_unk(true);
+    if let Some(u) = unk {
+        builder = builder.unk_token(u);
+    }
+    let mut t = Tokenizer::new(builder.build().map_err(|e| build(key, e))?);
+    let replace = |from: &str, to: &str| Replace::new(from, to).map_err(|e| build(MODEL, e));
+    let mut normalizers = vec![NormalizerWrapper::Replace(replace(" ", "▁")?)];
+    let mut decoders = vec![
+        DecoderWrapper::Replace(replace("▁", " ")?),
+        DecoderWrapper::ByteFallback(ByteFallback::new()),
+        DecoderWrapper::Fuse(Fuse::new()),
+    ];
+    if prefix {
+        normalizers.insert(0, NormalizerWrapper::Prepend(Prepend::new("▁".into())));
+        decoders.push(DecoderWrapper::Strip(Strip::new(' ', 1, 0)));
+    }
+    t.with_normalizer(Some(NormalizerSequence::new(normalizers)));
+    if !regexes.is_empty() {
+        t.with_pre_tokenizer(Some(PreSequence::new(splits(regexes)?)));
+    }
+    t.with_decoder(Some(DecoderSequence::new(decoders)));
+    Ok(t)
+}
+
+/// Byte-level BPE (`gpt2`): `pre`'s regexes, then `ByteLevel` without its own regex, over `g`'s merges.
+fn byte_level(g: &Gguf<'_>, vocab: Vocab, pre: &PreType) -> Result<Tokenizer, Error> {
+    let merges = string_array(g, MERGES)?.ok_or(Error::Missing(MERGES))?;
+    let merges = gpt2_merges(&merges, &vocab);
+    let builder = BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .ignore_merges(pre.ignore_merges);
+    let mut t = Tokenizer::new(builder.build().map_err(|e| build(MERGES, e))?);
+    let mut pres = splits(pre.regexes)?;
+    pres.push(PreTokenizerWrapper::ByteLevel(ByteLevel::new(
+        false, false, false,
+    )));
+    t.with_pre_tokenizer(Some(PreSequence::new(pres)));
+    t.with_decoder(Some(DecoderWrapper::ByteLevel(ByteLevel::default())));
+    Ok(t)
+}
+
+/// One `Split(Isolated)` pre-tokenizer per regex.
+fn splits(regexes: &[&str]) -> Result<Vec<PreTokenizerWrapper>, Error> {
+    regexes
+        .iter()
+        .map(|r| {
+            let split = Split::new(
+                SplitPattern::Regex(r.to_string()),
+                SplitDelimiterBehavior::Isolated,
+                false,
+            );
+            Ok(PreTokenizerWrapper::Split(split.map_err(|e| build(PRE, e))?))
+        })
+        .collect()
+}
+
 /// `gpt2` merges `"a b"` as pairs, split at the first space after byte 0 (llama.cpp's rule), keeping those
 /// whose parts and result are tokens, each pair once at its first rank.
 fn gpt2_merges(merges: &[&str], ids: &Vocab) -> Vec<(String, String)> {
@@ -453,7 +398,7 @@ fn spm_merges(texts: &[String], ids: &Vocab, scores: &[f64]) -> Vec<(String, Str
 const EOG_TEXTS: &[&str] = &[
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
     "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
-    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>",
+    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
 ];
 /// Texts llama.cpp takes as the EOT token when `tokenizer.ggml.eot_token_id` is absent.
 #[rustfmt::skip]
@@ -462,7 +407,8 @@ const EOT_TEXTS: &[&str] = &[
     "_<EOT>", "[EOT]", "<\u{ff5c}end\u{2581}of\u{2581}sentence\u{ff5c}>", "<end_of_utterance>",
 ];
 
-/// llama.cpp's `special_eog_ids` (without its o200k / gemma4 special cases).
+/// llama.cpp's `special_eog_ids` (without its o200k special case): where `<|tool_response>` (Gemma 4) or
+/// `<|plamo:eos|>` ends generation, a `</s>` is a normal token, not an end.
 fn eog_ids(g: &Gguf<'_>, ids: &Vocab, n: usize, eos: Option<u32>) -> Result<Vec<u32>, Error> {
     let key = |key: &'static str| -> Result<Option<u32>, Error> {
         match g.get(key) {
@@ -485,6 +431,13 @@ fn eog_ids(g: &Gguf<'_>, ids: &Vocab, n: usize, eos: Option<u32>) -> Result<Vec<
     ];
     let mut out: Vec<u32> = out.into_iter().flatten().collect();
     out.extend(EOG_TEXTS.iter().filter_map(|t| ids.get(*t).copied()));
+    if ["<|tool_response>", "<|plamo:eos|>"]
+        .iter()
+        .any(|t| ids.contains_key(*t))
+        && let Some(s) = ids.get("</s>")
+    {
+        out.retain(|id| id != s);
+    }
     out.sort_unstable();
     out.dedup();
     Ok(out)
@@ -543,24 +496,4 @@ fn numbers(v: &Value, key: &'static str, n: usize) -> Result<Vec<f64>, Error> {
                 .ok_or_else(|| invalid(key, "does not hold numbers"))
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Every regex of every known pre type compiles with the regex engine tokenizers uses here.
-    #[test]
-    fn every_pre_type_compiles() {
-        for (names, t) in PRE_TYPES {
-            for r in t.regexes {
-                let split = Split::new(
-                    SplitPattern::Regex(r.to_string()),
-                    SplitDelimiterBehavior::Isolated,
-                    false,
-                );
-                assert!(split.is_ok(), "{names:?}: {r}: {:?}", split.err());
-            }
-        }
-    }
 }

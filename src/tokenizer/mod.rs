@@ -42,7 +42,7 @@ pub enum TokenizerError {
 pub enum TokenBytes {
     /// GPT-2 byte-level BPE: every character stands for one byte (`bytes_to_unicode`).
     ByteLevel,
-    /// SentencePiece: `▁` is a space, `<0xNN>` is byte NN, the rest is UTF-8.
+    /// SentencePiece (and Gemma 4's BPE): `▁` is a space, `<0xNN>` is byte NN, the rest is UTF-8.
     SentencePiece,
 }
 
@@ -84,7 +84,7 @@ impl ModelTokenizer {
         stop_ids.dedup();
         let template = t.chat_template.as_deref().map(ChatTemplate::new).transpose()?;
         let token_bytes = match g.str("tokenizer.ggml.model").ok().flatten() {
-            Some("llama") => TokenBytes::SentencePiece,
+            Some("llama" | "gemma4") => TokenBytes::SentencePiece,
             _ => TokenBytes::ByteLevel,
         };
         Ok(Self {

@@ -1,7 +1,8 @@
 //! What a chat choice's generated text becomes in the response: for models whose chat template has think
-//! blocks (Qwen3, QwQ, DeepSeek-R1: `<think>…</think>`), the text inside goes to `reasoning_content` (and
-//! `reasoning`, its other common name) and the rest to `content`, in full responses and in deltas alike;
-//! the completion tokens spent while thinking are counted for `usage.completion_tokens_details`. With
+//! blocks (Qwen3, QwQ, DeepSeek-R1: `<think>…</think>`; Gemma 4: `<|channel>thought…<channel|>`), the text
+//! inside goes to `reasoning_content` (and `reasoning`, its other common name) and the rest to `content`,
+//! in full responses and in deltas alike; the completion tokens spent while thinking are counted for
+//! `usage.completion_tokens_details`. With
 //! `tools`, the answer part then goes through the model family's [`ToolCallParser`]: its calls become
 //! `tool_calls` deltas the way OpenAI streams them (the first of a call with `index`, `id`, `type` and the
 //! name, then `arguments` fragments), the rest stays `content`.

@@ -1,10 +1,11 @@
 //! Splitting a reasoning model's thinking from its answer.
 //!
-//! Qwen3, QwQ, DeepSeek-R1 and their kin write `<think>…</think>` before the answer. OpenAI-compatible servers
-//! return the inside as `reasoning_content` and the rest as `content`, in full responses and in streamed
-//! deltas alike. [`ReasoningSplitter`] does that split incrementally over text fragments of any size: a tag
-//! cut across fragments is held back until it either completes or fails (as [`super::detok::StopMatcher`]
-//! holds back a partial stop string), so the concatenated output does not depend on where the text was cut.
+//! Qwen3, QwQ, DeepSeek-R1 and their kin write `<think>…</think>` before the answer; Gemma 4 writes
+//! `<|channel>thought\n…<channel|>`. OpenAI-compatible servers return the inside as `reasoning_content` and
+//! the rest as `content`, in full responses and in streamed deltas alike. [`ReasoningSplitter`] does that
+//! split incrementally over text fragments of any size: a tag cut across fragments is held back until it
+//! either completes or fails (as [`super::detok::StopMatcher`] holds back a partial stop string), so the
+//! concatenated output does not depend on where the text was cut.
 //!
 //! The rules, which follow what Qwen3's template does when it re-renders `reasoning_content` in history
 //! (`reasoning_content.strip('\n')` between `<think>\n` and `\n</think>\n\n`, `content.lstrip('\n')`):
@@ -14,13 +15,22 @@
 //!   [`prompt_ends_in_think`]), a think block counts only if it is the first non-whitespace text: otherwise
 //!   the model did not think and everything, tags included, is content, untouched.
 //! - A think block never closed (the output hit `max_tokens`) is all reasoning.
-//! - Text after the close tag is content verbatim, even if it contains further tags.
+//! - Text after the close tag is content verbatim, even if it contains further tags, except for two family
+//!   rules taken from llama.cpp's parsers ([`ReasoningSyntax`]): Qwen3.5 and the other Qwen3-Coder-style
+//!   templates end a think block at `<tool_call>` too (kept as content, for the tool-call parser), and
+//!   Gemma 4's thought blocks may come anywhere (every one is reasoning; a stray `<channel|>` is dropped).
 
 /// A model family's think tags.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReasoningSyntax {
     pub open: String,
     pub close: String,
+    /// A tag that also ends the block, and is then the start of the content (Qwen3.5's `<tool_call>`, as
+    /// llama.cpp's Qwen3-Coder parser takes it: the model may call a tool without closing its thoughts).
+    pub ended_by: Option<String>,
+    /// Blocks may come anywhere in the output, each of them reasoning, and a close tag outside a block is
+    /// dropped (Gemma 4, as llama.cpp's Gemma 4 parser reads its channels).
+    pub anywhere: bool,
 }
 
 impl ReasoningSyntax {
@@ -29,14 +39,49 @@ impl ReasoningSyntax {
         Self {
             open: "<think>".into(),
             close: "</think>".into(),
+            ended_by: None,
+            anywhere: false,
+        }
+    }
+
+    /// `<think>` / `</think>`, a `<tool_call>` also ending the block: Qwen3.5 and the other templates with
+    /// Qwen3-Coder's XML tool calls.
+    pub fn think_until_call() -> Self {
+        Self {
+            ended_by: Some("<tool_call>".into()),
+            ..Self::think()
+        }
+    }
+
+    /// `<|channel>thought` / `<channel|>`: Gemma 4's thought channel, which may open more than once.
+    pub fn gemma4() -> Self {
+        Self {
+            open: "<|channel>thought".into(),
+            close: "<channel|>".into(),
+            ended_by: None,
+            anywhere: true,
         }
     }
 }
 
 /// The think tags a chat template uses, if any: templates of reasoning models mention the close tag (to strip
-/// reasoning from history, or to close an empty think block when thinking is off).
+/// reasoning from history, or to close an empty think block when thinking is off); Gemma 4's name its
+/// thought channel.
 pub fn reasoning_syntax(template_source: &str) -> Option<ReasoningSyntax> {
-    template_source.contains("</think>").then(ReasoningSyntax::think)
+    let src = template_source;
+    if src.contains("<|channel>thought") {
+        return Some(ReasoningSyntax::gemma4());
+    }
+    if !src.contains("</think>") {
+        return None;
+    }
+    let xml_calls = ["<tool_call>", "<function=", "<parameter="]
+        .iter()
+        .all(|m| src.contains(m));
+    Some(match xml_calls {
+        true => ReasoningSyntax::think_until_call(),
+        false => ReasoningSyntax::think(),
+    })
 }
 
 /// Whether a rendered prompt ends inside an open think block (the open tag after the last close tag), as
@@ -129,14 +174,28 @@ impl ReasoningSplitter {
                         }
                         self.state = State::Reasoning { fresh: false };
                     }
-                    if let Some(at) = buf.find(self.syntax.close.as_str()) {
+                    let close = buf.find(self.syntax.close.as_str());
+                    let ended = self.syntax.ended_by.as_deref().and_then(|t| buf.find(t));
+                    let first = match (close, ended) {
+                        (Some(c), Some(e)) if e < c => Some((e, false)),
+                        (Some(c), _) => Some((c, true)),
+                        (None, e) => e.map(|e| (e, false)),
+                    };
+                    if let Some((at, closed)) = first {
                         out.reasoning.push_str(buf[..at].trim_end());
-                        buf = buf[at + self.syntax.close.len()..].to_owned();
+                        // A close tag goes; the tag that also ends the block stays: it opens the content.
+                        let skip = if closed { self.syntax.close.len() } else { 0 };
+                        buf = buf[at + skip..].to_owned();
                         self.state = State::Content { fresh: true };
                         continue;
                     }
-                    // Hold back a possible start of the close tag and the whitespace before it.
-                    let partial = partial_suffix(&buf, &self.syntax.close);
+                    // Hold back a possible start of a closing tag and the whitespace before it.
+                    let partial = partial_suffix(&buf, &self.syntax.close).max(
+                        self.syntax
+                            .ended_by
+                            .as_deref()
+                            .map_or(0, |t| partial_suffix(&buf, t)),
+                    );
                     let keep = buf[..buf.len() - partial].trim_end().len();
                     out.reasoning.push_str(&buf[..keep]);
                     self.held = buf[keep..].to_owned();
@@ -150,7 +209,29 @@ impl ReasoningSplitter {
                         }
                         self.state = State::Content { fresh: false };
                     }
-                    out.content.push_str(&buf);
+                    if !self.syntax.anywhere {
+                        out.content.push_str(&buf);
+                        return out;
+                    }
+                    // A later block opens (its text is reasoning), a stray close tag is dropped.
+                    let (open, close) = (self.syntax.open.as_str(), self.syntax.close.as_str());
+                    let tags = [(buf.find(open), open), (buf.find(close), close)];
+                    if let Some((at, tag)) = tags
+                        .into_iter()
+                        .filter_map(|(at, tag)| at.map(|at| (at, tag)))
+                        .min()
+                    {
+                        out.content.push_str(&buf[..at]);
+                        buf = buf[at + tag.len()..].to_owned();
+                        self.state = match tag == open {
+                            true => State::Reasoning { fresh: true },
+                            false => State::Content { fresh: false },
+                        };
+                        continue;
+                    }
+                    let partial = partial_suffix(&buf, open).max(partial_suffix(&buf, close));
+                    out.content.push_str(&buf[..buf.len() - partial]);
+                    self.held = buf[buf.len() - partial..].to_owned();
                     return out;
                 }
             }
@@ -171,7 +252,11 @@ impl ReasoningSplitter {
                 reasoning: held.trim_end().to_owned(),
                 content: String::new(),
             },
-            State::Content { .. } => Split::default(),
+            // Only where blocks may come anywhere: the start of a tag that never completed.
+            State::Content { .. } => Split {
+                reasoning: String::new(),
+                content: held,
+            },
         }
     }
 }

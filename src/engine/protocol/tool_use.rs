@@ -1,6 +1,7 @@
 //! Tool calling for a chat request: `tools` rendered through the model's own chat template, the model
 //! family's call syntax recognised in the template ([`super::tools::tool_format`]: Hermes/Qwen
-//! `<tool_call>`, Llama 3 JSON, Mistral `[TOOL_CALLS]`), its output parsed back into `tool_calls`, and
+//! `<tool_call>`, Llama 3 JSON, Mistral `[TOOL_CALLS]`, Qwen3.5's XML, Gemma 4's `<|tool_call>`), its output
+//! parsed back into `tool_calls`, and
 //! `tool_choice` honoured. A template without tool-call syntax gets the generic format
 //! ([`super::tool_prompt`]: the tools described in the system turn, Hermes syntax as plain text).
 //! - `none`: the tools are not shown to the model and nothing is parsed;
@@ -85,7 +86,7 @@ pub fn tool_use(req: &ValidChat, format: &ChatFormat) -> Result<Option<ToolUse>,
 impl ToolUse {
     /// The parser of one choice's output.
     pub fn parser(&self) -> ToolCallParser {
-        ToolCallParser::new(self.format, self.names.clone())
+        ToolCallParser::new(self.format, self.names.clone()).with_schemas(self.schemas.clone())
     }
 
     /// For `required` or a named function: what forces the call(s), given the rendered prompt (a thinking

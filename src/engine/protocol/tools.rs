@@ -10,6 +10,10 @@
 //! - [`ToolFormat::Mistral`] (Mistral Nemo): `[TOOL_CALLS][{"name": "f", "arguments": {…}, "id": "…"}, …]`.
 //! - [`ToolFormat::MistralArgs`] (Mistral Small 3.2, Devstral, Ministral 3): `[TOOL_CALLS]f[ARGS]{…}` per call,
 //!   `[CALL_ID]id` optionally between the name and `[ARGS]`.
+//! - [`ToolFormat::QwenXml`] (Qwen3.5, Qwen3-Coder, Nemotron Nano 3): `<tool_call>\n<function=f>\n
+//!   <parameter=k>\nv\n</parameter>\n</function>\n</tool_call>`, the parameters made into JSON ([`xml`]).
+//! - [`ToolFormat::Gemma4`]: `<|tool_call>call:f{k:<|"|>v<|"|>}<tool_call|>`, Gemma's notation made into JSON
+//!   ([`gemma`]).
 //!
 //! The Mistral parsers accept both Mistral syntaxes, and inside a call object `arguments` and `parameters`
 //! are synonyms, keys come in any order and other keys (`id`, `type`) are skipped.
@@ -18,7 +22,8 @@
 //! [`ToolEvent::Start`] once its name is complete, then [`ToolEvent::Arguments`] fragments as soon as they are
 //! known to belong to its `arguments` object. The fragments concatenate to the object **exactly as the model
 //! wrote it**, from its `{` to its matching `}` (surrounding whitespace dropped, inner whitespace kept), which
-//! is the JSON string OpenAI puts in `function.arguments`; a call without `arguments` gets `{}`. Content is
+//! is the JSON string OpenAI puts in `function.arguments`; a call without `arguments` gets `{}` (the XML and
+//! Gemma 4 formats, whose arguments are not JSON, stream the JSON they convert to). Content is
 //! passed through verbatim, except whitespace between content and a call, between calls and after them.
 //!
 //! Malformed output is an error from [`ToolCallParser::finish`] (pushes after the first error return no
@@ -27,13 +32,17 @@
 //! Events already returned stand; [`ToolCallParser::text`] keeps the whole output so that the caller can
 //! fall back to returning it as content.
 
+mod gemma;
 mod grammar;
 mod scan;
+mod xml;
 
 pub use grammar::{GrammarOptions, ToolGrammarError, call_grammar};
 
 use super::reasoning::partial_suffix;
-use scan::{CallObject, Scan, ValueScan};
+use gemma::Gemma;
+use scan::{CallObject, Scan, ValueScan, check_arguments, is_name_char, llama3_first_key, tag_at_start};
+use xml::Xml;
 
 /// A model family's tool-call syntax.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,16 +51,29 @@ pub enum ToolFormat {
     Llama3Json,
     Mistral,
     MistralArgs,
+    QwenXml,
+    Gemma4,
 }
 
 /// The tool-call syntax a chat template teaches, if kiln knows it. Keys on the template text:
 /// - `[TOOL_CALLS]` → [`ToolFormat::MistralArgs`] when `[ARGS]` appears too, else [`ToolFormat::Mistral`];
+/// - `'<|tool_call>call:'` → [`ToolFormat::Gemma4`] (llama.cpp's test);
+/// - `<tool_call>`, `<function=` and `<parameter=`, unless the template writes `<tool_call><function=`
+///   without the line break → [`ToolFormat::QwenXml`] (llama.cpp's test for its Qwen3-Coder parser);
 /// - `<tool_call>` with a JSON `"name"` key, and none of the markers of other `<tool_call>` syntaxes
 ///   (Qwen3-Coder's `<function=`, GLM's `<arg_key>`, MiniMax's `<invoke`, Apriel's `<tool_calls>`) →
 ///   [`ToolFormat::Hermes`];
 /// - Llama 3's header tokens with `"parameters"` → [`ToolFormat::Llama3Json`].
 pub fn tool_format(template_source: &str) -> Option<ToolFormat> {
     let src = template_source;
+    if src.contains("'<|tool_call>call:'") {
+        return Some(ToolFormat::Gemma4);
+    }
+    let xml = ["<tool_call>", "<function=", "<parameter="];
+    if xml.iter().all(|m| src.contains(m)) && !src.contains("'<tool_call><function=' ~ tool_call.name ~ '>'")
+    {
+        return Some(ToolFormat::QwenXml);
+    }
     if src.contains("[TOOL_CALLS]") {
         return Some(if src.contains("[ARGS]") {
             ToolFormat::MistralArgs
@@ -97,6 +119,7 @@ pub enum ToolParseError {
 
 const HERMES_OPEN: &str = "<tool_call>";
 const HERMES_CLOSE: &str = "</tool_call>";
+const GEMMA_OPEN: &str = "<|tool_call>";
 const PYTHON_TAG: &str = "<|python_tag|>";
 const TOOL_CALLS: &str = "[TOOL_CALLS]";
 const ARGS: &str = "[ARGS]";
@@ -124,6 +147,10 @@ enum Mode {
     ArgsName,
     ArgsMarker,
     ArgsValue,
+    /// Inside an XML call (after `<tool_call>`).
+    Xml(Xml),
+    /// Inside a Gemma 4 call (after `<|tool_call>`).
+    Gemma(Gemma),
     Failed,
 }
 
@@ -132,6 +159,8 @@ enum Mode {
 pub struct ToolCallParser {
     format: ToolFormat,
     tool_names: Vec<String>,
+    /// `(name, parameters schema)` of the tools, where known (the XML format types its values by them).
+    schemas: Vec<(String, serde_json::Value)>,
     mode: Mode,
     /// Text not yet consumed (a possible tag prefix, held whitespace, or not yet processed).
     buf: String,
@@ -142,7 +171,7 @@ pub struct ToolCallParser {
     /// Calls started so far.
     calls: usize,
     object: CallObject,
-    /// Mistral `[ARGS]` syntax: the name so far, and the arguments' scanner.
+    /// Mistral `[ARGS]` syntax: the name so far; XML: the current call's name. Mistral's arguments' scanner.
     name: String,
     value: ValueScan,
     error: Option<ToolParseError>,
@@ -159,6 +188,7 @@ impl ToolCallParser {
         Self {
             format,
             tool_names,
+            schemas: Vec::new(),
             mode,
             buf: String::new(),
             offset: 0,
@@ -170,6 +200,13 @@ impl ToolCallParser {
             error: None,
             events: Vec::new(),
         }
+    }
+
+    /// The tools' `(name, parameters schema)`: an XML parameter whose schema allows only strings is a
+    /// string, others are JSON where they parse ([`xml`]).
+    pub fn with_schemas(mut self, schemas: Vec<(String, serde_json::Value)>) -> Self {
+        self.schemas = schemas;
+        self
     }
 
     /// The whole output pushed so far (for a fallback to plain content).
@@ -254,7 +291,8 @@ impl ToolCallParser {
 
     fn opener(&self) -> &'static str {
         match self.format {
-            ToolFormat::Hermes => HERMES_OPEN,
+            ToolFormat::Hermes | ToolFormat::QwenXml => HERMES_OPEN,
+            ToolFormat::Gemma4 => GEMMA_OPEN,
             ToolFormat::Llama3Json => PYTHON_TAG,
             ToolFormat::Mistral | ToolFormat::MistralArgs => TOOL_CALLS,
         }
@@ -276,6 +314,8 @@ impl ToolCallParser {
                         self.consume(at + tag.len());
                         self.mode = match self.format {
                             ToolFormat::Hermes => Mode::Object,
+                            ToolFormat::QwenXml => Mode::Xml(Xml::default()),
+                            ToolFormat::Gemma4 => Mode::Gemma(Gemma::default()),
                             _ => Mode::AfterToolCalls,
                         };
                         continue;
@@ -364,14 +404,17 @@ impl ToolCallParser {
                         return Ok(());
                     }
                     match self.format {
-                        ToolFormat::Hermes => match tag_at_start(&self.buf, HERMES_CLOSE) {
-                            Some(true) => {
-                                self.consume(HERMES_CLOSE.len());
-                                self.mode = Mode::Outside { fresh: true };
+                        // (XML and Gemma 4 calls never get here.)
+                        ToolFormat::Hermes | ToolFormat::QwenXml | ToolFormat::Gemma4 => {
+                            match tag_at_start(&self.buf, HERMES_CLOSE) {
+                                Some(true) => {
+                                    self.consume(HERMES_CLOSE.len());
+                                    self.mode = Mode::Outside { fresh: true };
+                                }
+                                Some(false) => return Err(self.syntax("`</tool_call>`")),
+                                None => return Ok(()),
                             }
-                            Some(false) => return Err(self.syntax("`</tool_call>`")),
-                            None => return Ok(()),
-                        },
+                        }
                         ToolFormat::Llama3Json => {
                             if self.buf.starts_with(';') {
                                 self.consume(1);
@@ -469,6 +512,16 @@ impl ToolCallParser {
                     check_arguments(&self.value.text)?;
                     self.mode = Mode::Outside { fresh: true };
                 }
+                Mode::Xml(_) => {
+                    if !self.run_xml(end)? {
+                        return Ok(());
+                    }
+                }
+                Mode::Gemma(_) => {
+                    if !self.run_gemma(end)? {
+                        return Ok(());
+                    }
+                }
                 Mode::Failed => return Ok(()),
             }
         }
@@ -484,6 +537,9 @@ impl ToolCallParser {
             {
                 Ok(())
             }
+            // A complete call whose `</tool_call>` (`<tool_call|>`) never came.
+            Mode::Xml(ref s) if s.complete() => Ok(()),
+            Mode::Gemma(ref s) if s.complete() => Ok(()),
             // Llama 3: `;` then nothing.
             Mode::Object if self.format == ToolFormat::Llama3Json && self.calls > 0 => Ok(()),
             _ => Err(ToolParseError::Truncated),
@@ -512,48 +568,6 @@ impl ToolCallParser {
         self.object.started = true;
         self.emit(ToolEvent::Start { index, name });
         Ok(())
-    }
-}
-
-/// Llama 3: whether text after an opening `{` starts a call (first key `"name"` or `"type"`), or `None`
-/// while it could still go either way.
-fn llama3_first_key(after_brace: &str) -> Option<bool> {
-    let rest = after_brace.trim_start();
-    let keys = ["\"name\"", "\"type\""];
-    if keys.iter().any(|k| rest.starts_with(k)) {
-        Some(true)
-    } else if keys.iter().any(|k| k.starts_with(rest)) {
-        None
-    } else {
-        Some(false)
-    }
-}
-
-/// Whether `buf` starts with `tag`: `Some(true)`, `Some(false)`, or `None` while `buf` is a proper prefix.
-fn tag_at_start(buf: &str, tag: &str) -> Option<bool> {
-    if buf.starts_with(tag) {
-        Some(true)
-    } else if tag.starts_with(buf) {
-        None
-    } else {
-        Some(false)
-    }
-}
-
-fn is_name_char(c: char) -> bool {
-    c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | ':')
-}
-
-/// Checks that a complete `arguments` text is a JSON object.
-fn check_arguments(text: &str) -> Result<(), ToolParseError> {
-    match serde_json::from_str::<serde_json::Value>(text) {
-        Ok(serde_json::Value::Object(_)) => Ok(()),
-        Ok(_) => Err(ToolParseError::BadArguments {
-            detail: "not an object".into(),
-        }),
-        Err(e) => Err(ToolParseError::BadArguments {
-            detail: e.to_string(),
-        }),
     }
 }
 

@@ -221,3 +221,83 @@ fn real_generation_prompts() {
     }
     assert!(!prompt_ends_in_think("no tags", &ReasoningSyntax::think()));
 }
+
+/// Every cut of `text` into two and three pieces splits as the whole does, with `syntax`.
+fn split_with(syntax: &ReasoningSyntax, text: &str, starts_inside: bool) -> Split {
+    let run = |pieces: &[&str]| {
+        let mut s = ReasoningSplitter::new(syntax.clone(), starts_inside);
+        let mut out = Split::default();
+        let mut parts: Vec<Split> = pieces.iter().map(|p| s.push(p)).collect();
+        parts.push(s.finish());
+        for piece in parts {
+            out.reasoning.push_str(&piece.reasoning);
+            out.content.push_str(&piece.content);
+        }
+        out
+    };
+    let whole = run(&[text]);
+    let cuts: Vec<usize> = (0..=text.len()).filter(|&i| text.is_char_boundary(i)).collect();
+    for &a in &cuts {
+        for &b in cuts.iter().filter(|&&b| b >= a) {
+            let pieces = [&text[..a], &text[a..b], &text[b..]];
+            assert_eq!(run(&pieces), whole, "{text:?} at {a}, {b}");
+        }
+    }
+    whole
+}
+
+#[test]
+fn qwen35_thoughts_end_at_a_tool_call() {
+    let syntax = ReasoningSyntax::think_until_call();
+    let call = "<tool_call>\n<function=f>\n</function>\n</tool_call>";
+    assert_eq!(
+        split_with(&syntax, &format!("I will call f.\n\n{call}"), true),
+        split("I will call f.", call)
+    );
+    assert_eq!(
+        split_with(&syntax, "Hmm.\n</think>\n\nSee <tool_call> docs.", true),
+        split("Hmm.", "See <tool_call> docs.")
+    );
+    // Without the rule (Qwen3), the tag is reasoning text.
+    assert_eq!(
+        one_shot(&format!("x {call}"), true),
+        split(&format!("x {call}"), "")
+    );
+    let template = "{{ '<tool_call>\\n<function=' }}<parameter=…></think>";
+    assert_eq!(reasoning_syntax(template), Some(syntax));
+}
+
+#[test]
+fn gemma4_thought_channels() {
+    let syntax = ReasoningSyntax::gemma4();
+    assert_eq!(
+        split_with(
+            &syntax,
+            "<|channel>thought\nThe user asks.\n<channel|>Paris.",
+            false
+        ),
+        split("The user asks.", "Paris.")
+    );
+    // Thinking off: the prompt closed an empty channel; an extra empty one and a stray close tag go.
+    assert_eq!(
+        split_with(&syntax, "Paris.<|channel>thought\n<channel|>", false),
+        split("", "Paris.")
+    );
+    assert_eq!(
+        split_with(&syntax, "Paris.<channel|>", false),
+        split("", "Paris.")
+    );
+    // Every thought is reasoning; a `<|channel>` of another name is content.
+    assert_eq!(
+        split_with(
+            &syntax,
+            "<|channel>thought\nA<channel|>B<|channel>thought\nC<channel|>D <|channel>x",
+            false
+        ),
+        split("AC", "BD <|channel>x")
+    );
+    let prompt = "<|turn>model\n<|channel>thought\n<channel|>";
+    assert!(!prompt_ends_in_think(prompt, &syntax));
+    let template = "{{- '<|channel>thought\\n' + thinking_text + '\\n<channel|>' -}}";
+    assert_eq!(reasoning_syntax(template), Some(syntax));
+}

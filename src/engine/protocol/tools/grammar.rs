@@ -10,6 +10,13 @@
 //!
 //! Tags (`<tool_call>`, `[TOOL_CALLS]`, `<think>`, …) that are special tokens of the tokenizer are referenced
 //! by id (`<[151657]>`), others are literal text.
+//!
+//! The two formats whose arguments are not JSON follow the tools' schemas parameter by parameter, in the
+//! order their templates write them: Qwen3-Coder's XML (Qwen3.5) in `properties` order, Gemma 4 in sorted
+//! key order (its template's `dictsort`), optional parameters optional. A parameter that takes only strings
+//! is text (between `<|"|>` marks for Gemma 4), one of its `enum` values when it has them; one that takes
+//! only numbers, booleans or null is `%json` of its schema; anything else is any text for the XML format,
+//! and for Gemma 4 any value of its notation (what llama.cpp's Gemma 4 grammar allows for every argument).
 
 use serde_json::{Value, json};
 
@@ -132,6 +139,81 @@ pub fn call_grammar(
             rules.push("CALL_ID: /[a-zA-Z0-9]{9}/".into());
             ("calls", "[TOOL_CALLS]")
         }
+        ToolFormat::QwenXml => {
+            let sep = if options.parallel { "(\"\\n\" call)*" } else { "" };
+            rules.push(format!("calls: call {sep}"));
+            let fns: Vec<String> = (0..tools.len()).map(|i| format!("fn_{i}")).collect();
+            rules.push(format!(
+                "call: {} \"\\n\" ({}) {}",
+                tag("<tool_call>"),
+                fns.join(" | "),
+                tag("</tool_call>")
+            ));
+            for (i, (name, params)) in tools.iter().enumerate() {
+                let mut body = Vec::new();
+                for (j, (key, schema, required)) in parameters(params, false).into_iter().enumerate() {
+                    let rule = format!("p_{i}_{j}");
+                    let open = format!("<parameter={key}>\n");
+                    let close = "\n</parameter>\n";
+                    match value_kind(&schema) {
+                        Kind::Strings(Some(values)) => {
+                            let values: Vec<String> = values.iter().map(|v| lark_string(v)).collect();
+                            let (open, close) = (lark_string(&open), lark_string(close));
+                            rules.push(format!("{rule}: {open} ({}) {close}", values.join(" | ")));
+                        }
+                        Kind::Json => {
+                            let (open, close) = (lark_string(&open), lark_string(close));
+                            rules.push(format!("{rule}: {open} %json {} {close}", with_layout(schema)));
+                        }
+                        Kind::Strings(None) | Kind::Any => {
+                            rules.push(format!("{rule}[lazy]: P_{i}_{j}"));
+                            let (open, close) = (lark_string(&open), lark_string(close));
+                            rules.push(format!("P_{i}_{j}: {open} /(?s:.*)/ {close}"));
+                        }
+                    }
+                    body.push(if required { rule } else { format!("{rule}?") });
+                }
+                let open = lark_string(&format!("<function={name}>\n"));
+                let close = lark_string("</function>\n");
+                rules.push(format!("fn_{i}: {open} {} {close}", body.join(" ")));
+            }
+            ("calls", "<tool_call>")
+        }
+        ToolFormat::Gemma4 => {
+            rules.push(format!("calls: call{}", if options.parallel { "+" } else { "" }));
+            let fns: Vec<String> = (0..tools.len()).map(|i| format!("fn_{i}")).collect();
+            let (open, close) = (tag("<|tool_call>"), tag("<tool_call|>"));
+            rules.push(format!("call: {open} \"call:\" ({}) {close}", fns.join(" | ")));
+            let quote = tag("<|\"|>");
+            for (i, (name, params)) in tools.iter().enumerate() {
+                let entries: Vec<(String, bool)> = parameters(params, true)
+                    .into_iter()
+                    .map(|(key, schema, required)| {
+                        let value = match value_kind(&schema) {
+                            Kind::Strings(Some(values)) => {
+                                let values: Vec<String> = values.iter().map(|v| lark_string(v)).collect();
+                                format!("{quote} ({}) {quote}", values.join(" | "))
+                            }
+                            Kind::Strings(None) => "g_str".to_owned(),
+                            Kind::Json => format!("%json {}", with_layout(schema)),
+                            Kind::Any => "g_value".to_owned(),
+                        };
+                        (format!("{} {value}", lark_string(&format!("{key}:"))), required)
+                    })
+                    .collect();
+                let body = gemma_entries(&mut rules, i, &entries);
+                rules.push(format!("fn_{i}: {} \"{{\" {body} \"}}\"", lark_string(name)));
+            }
+            rules.push("g_str[lazy]: G_STR".into());
+            rules.push(format!("G_STR: {quote} /(?s:.*)/ {quote}"));
+            rules.push("g_value: g_str | g_dict | g_list | G_BARE".into());
+            rules.push("g_dict: \"{\" (g_kv (\",\" g_kv)*)? \"}\"".into());
+            rules.push("g_kv: G_KEY \":\" g_value".into());
+            rules.push("g_list: \"[\" (g_value (\",\" g_value)*)? \"]\"".into());
+            rules.push("G_KEY: /[^:}<,{\\[\\]\\s]+/".into());
+            rules.push("G_BARE: /-?[0-9]+(\\.[0-9]+)?([eE][-+]?[0-9]+)?|true|false|null/".into());
+            ("calls", "<|tool_call>")
+        }
     };
     let body = if options.required {
         calls.to_owned()
@@ -169,6 +251,89 @@ pub fn call_grammar(
     };
     rules.insert(0, start);
     Ok(rules.join("\n") + "\n")
+}
+
+/// How a parameter's value is constrained.
+enum Kind {
+    /// Only strings: raw text, or one of these values.
+    Strings(Option<Vec<String>>),
+    /// Only numbers, booleans or null: JSON of its schema.
+    Json,
+    /// Anything else (objects, arrays, mixed types, no types given).
+    Any,
+}
+
+fn value_kind(schema: &Value) -> Kind {
+    let Some(types) = super::xml::types(schema) else {
+        return Kind::Any;
+    };
+    if types == ["string"] {
+        let values = schema.get("enum").and_then(Value::as_array).and_then(|v| {
+            v.iter()
+                .map(|s| s.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+        });
+        return Kind::Strings(values);
+    }
+    let scalar = ["number", "integer", "boolean", "null"];
+    match types.iter().all(|t| scalar.contains(t)) {
+        true => Kind::Json,
+        false => Kind::Any,
+    }
+}
+
+/// The `(key, schema, required)` of a tool's parameters, in `properties` order or sorted.
+fn parameters(params: &Value, sorted: bool) -> Vec<(String, Value, bool)> {
+    let required: Vec<&str> = params
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut out: Vec<(String, Value, bool)> = params
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|p| {
+            p.iter()
+                .map(|(k, v)| (k.clone(), v.clone(), required.contains(&k.as_str())))
+                .collect()
+        })
+        .unwrap_or_default();
+    if sorted {
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+    }
+    out
+}
+
+/// Gemma 4's `key:value` entries of tool `i`, comma-separated, optional ones optional: rules `first_i_j`
+/// (nothing written yet from entry `j` on) and `rest_i_j` (something written); the expression for all of
+/// them (empty when there are none).
+fn gemma_entries(rules: &mut Vec<String>, i: usize, entries: &[(String, bool)]) -> String {
+    let n = entries.len();
+    for (j, (entry, required)) in entries.iter().enumerate().rev() {
+        let rest = if j + 1 < n {
+            format!(" rest_{i}_{}", j + 1)
+        } else {
+            String::new()
+        };
+        let first = match (required, j + 1 < n) {
+            (true, _) => format!("{entry}{rest}"),
+            (false, true) => format!("{entry}{rest} | first_{i}_{}", j + 1),
+            (false, false) => format!("({entry})?"),
+        };
+        rules.push(format!("first_{i}_{j}: {first}"));
+        if j == 0 {
+            continue;
+        }
+        let more = match required {
+            true => format!("\",\" {entry}{rest}"),
+            false => format!("(\",\" {entry})?{rest}"),
+        };
+        rules.push(format!("rest_{i}_{j}: {more}"));
+    }
+    match n {
+        0 => String::new(),
+        _ => format!("first_{i}_0"),
+    }
 }
 
 /// The schema with llguidance's layout options: the separators of Python's `json.dumps`, no free whitespace.

@@ -2,9 +2,11 @@
 //! (`{"name": …, "arguments": …}`, keys in any order) whose `arguments` text streams out as it arrives.
 //!
 //! The scanners only track structure (strings, escapes, nesting); a complete `name` or `arguments` is then
-//! checked with `serde_json`, so every accepted call is valid JSON.
+//! checked with `serde_json`, so every accepted call is valid JSON. Also the small tests on text that all
+//! the parsers share: a tag at the start of the buffer, name characters, Llama 3's first key, and whether
+//! complete `arguments` are a JSON object.
 
-use super::{ToolParseError, check_arguments};
+use super::ToolParseError;
 
 /// How a character relates to the value being scanned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -215,5 +217,47 @@ impl CallObject {
             State::AfterValue => return Err(syntax("`,` or `}` in a tool call")),
         }
         Ok(false)
+    }
+}
+
+/// Llama 3: whether text after an opening `{` starts a call (first key `"name"` or `"type"`), or `None`
+/// while it could still go either way.
+pub(super) fn llama3_first_key(after_brace: &str) -> Option<bool> {
+    let rest = after_brace.trim_start();
+    let keys = ["\"name\"", "\"type\""];
+    if keys.iter().any(|k| rest.starts_with(k)) {
+        Some(true)
+    } else if keys.iter().any(|k| k.starts_with(rest)) {
+        None
+    } else {
+        Some(false)
+    }
+}
+
+/// Whether `buf` starts with `tag`: `Some(true)`, `Some(false)`, or `None` while `buf` is a proper prefix.
+pub(super) fn tag_at_start(buf: &str, tag: &str) -> Option<bool> {
+    if buf.starts_with(tag) {
+        Some(true)
+    } else if tag.starts_with(buf) {
+        None
+    } else {
+        Some(false)
+    }
+}
+
+pub(super) fn is_name_char(c: char) -> bool {
+    c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | ':')
+}
+
+/// Checks that a complete `arguments` text is a JSON object.
+pub(super) fn check_arguments(text: &str) -> Result<(), ToolParseError> {
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(serde_json::Value::Object(_)) => Ok(()),
+        Ok(_) => Err(ToolParseError::BadArguments {
+            detail: "not an object".into(),
+        }),
+        Err(e) => Err(ToolParseError::BadArguments {
+            detail: e.to_string(),
+        }),
     }
 }

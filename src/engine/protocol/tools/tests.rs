@@ -1,5 +1,6 @@
 use super::*;
 
+mod families;
 mod grammar;
 mod templates;
 
@@ -75,7 +76,15 @@ fn detects_formats_from_template_text() {
     let hermes2 = "{{- '\n<tool_call>\n' }}{{- '{' }}{{- '\"name\": \"' }}";
     assert_eq!(tool_format(hermes2), Some(ToolFormat::Hermes));
     let qwen3_coder = "<tool_call>\n<function=' + tool_call.name + '>\n<parameter=\"name\"";
-    assert_eq!(tool_format(qwen3_coder), None);
+    assert_eq!(tool_format(qwen3_coder), Some(ToolFormat::QwenXml));
+    let glued = "<tool_call><parameter={{ k }}>{{- '<tool_call><function=' ~ tool_call.name ~ '>' }}";
+    assert_eq!(
+        tool_format(glued),
+        None,
+        "llama.cpp leaves this variant to its generic parser"
+    );
+    let gemma4 = "{{- '<|tool_call>call:' + function['name'] + '{' -}}";
+    assert_eq!(tool_format(gemma4), Some(ToolFormat::Gemma4));
     let llama = "<|start_header_id|>{{- 'Respond in the format {\"name\": function name, \"parameters\": \
                  dictionary of argument name and its value}.' }}";
     assert_eq!(tool_format(llama), Some(ToolFormat::Llama3Json));

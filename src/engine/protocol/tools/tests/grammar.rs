@@ -97,6 +97,8 @@ fn grammars_compile() {
         ToolFormat::Llama3Json,
         ToolFormat::Mistral,
         ToolFormat::MistralArgs,
+        ToolFormat::QwenXml,
+        ToolFormat::Gemma4,
     ] {
         for bits in 0..16 {
             let think = match bits / 8 {
@@ -207,4 +209,105 @@ fn mistral_grammars() {
             assert!(accepts(&args, with_id, special));
         }
     }
+}
+
+/// Tools whose parameters take each kind of value.
+fn typed_tools() -> Vec<(String, Value)> {
+    vec![
+        (
+            "get_weather".into(),
+            json!({"type": "object", "properties": {
+                "location": {"type": "string"}, "unit": {"enum": ["c", "f"]},
+                "days": {"type": "integer", "minimum": 1}, "tags": {"type": "array"}},
+                "required": ["location", "days"]}),
+        ),
+        ("now".into(), Value::Null),
+    ]
+}
+
+fn typed_grammar(format: ToolFormat, parallel: bool, special: bool) -> String {
+    let ids = special_ids();
+    let options = GrammarOptions {
+        required: true,
+        parallel,
+        special_tokens: if special { &ids } else { &[] },
+        reasoning: None,
+    };
+    call_grammar(format, &typed_tools(), &options).expect("grammar")
+}
+
+#[test]
+fn qwen_xml_grammar_follows_the_schemas() {
+    for special in [true, false] {
+        let g = typed_grammar(ToolFormat::QwenXml, false, special);
+        let param = |k: &str, v: &str| format!("<parameter={k}>\n{v}\n</parameter>\n");
+        let call = |params: &str| {
+            format!(
+                "\u{1}<tool_call>\u{1}\n<function=get_weather>\n{params}</function>\n\u{1}</tool_call>\u{1}"
+            )
+        };
+        let full = [
+            param("location", "Paris, \"FR\"\nline 2"),
+            param("unit", "c"),
+            param("days", "3"),
+            param("tags", "[1, 2]"),
+        ]
+        .concat();
+        assert!(accepts(&g, &call(&full), special), "{g}");
+        let required = [param("location", "Paris"), param("days", "3")].concat();
+        assert!(
+            accepts(&g, &call(&required), special),
+            "optional parameters may go"
+        );
+        let now = "\u{1}<tool_call>\u{1}\n<function=now>\n</function>\n\u{1}</tool_call>\u{1}";
+        assert!(accepts(&g, now, special));
+        assert!(
+            !accepts(&g, &call(&param("location", "Paris")), special),
+            "`days` is required"
+        );
+        let bad_unit = [param("location", "Paris"), param("unit", "k"), param("days", "3")].concat();
+        assert!(!accepts(&g, &call(&bad_unit), special), "not in the enum");
+        let bad_days = [param("location", "Paris"), param("days", "0")].concat();
+        assert!(!accepts(&g, &call(&bad_days), special), "below the minimum");
+        assert!(!accepts(
+            &g,
+            &format!("{}\n{}", call(&required), call(&required)),
+            special
+        ));
+        let parallel = typed_grammar(ToolFormat::QwenXml, true, special);
+        assert!(accepts(
+            &parallel,
+            &format!("{}\n{}", call(&required), call(&required)),
+            special
+        ));
+    }
+}
+
+#[test]
+fn gemma4_grammar_follows_the_schemas() {
+    let g = typed_grammar(ToolFormat::Gemma4, false, false);
+    let q = "<|\"|>";
+    let call = |args: &str| format!("<|tool_call>call:get_weather{{{args}}}<tool_call|>");
+    let full = format!("days:3,location:{q}Paris, \"FR\"{q},tags:[{q}a{q},{{x:1.5}}],unit:{q}c{q}");
+    assert!(accepts(&g, &call(&full), false), "{g}");
+    assert!(accepts(&g, &call(&format!("days:3,location:{q}Paris{q}")), false));
+    assert!(accepts(&g, "<|tool_call>call:now{}<tool_call|>", false));
+    assert!(
+        !accepts(&g, &call(&format!("location:{q}Paris{q},days:3")), false),
+        "keys sorted"
+    );
+    assert!(
+        !accepts(&g, &call(&format!("location:{q}Paris{q}")), false),
+        "`days` is required"
+    );
+    assert!(
+        !accepts(&g, &call(&format!("days:0,location:{q}Paris{q}")), false),
+        "below the minimum"
+    );
+    let bad_unit = format!("days:3,location:{q}Paris{q},unit:{q}k{q}");
+    assert!(!accepts(&g, &call(&bad_unit), false), "not in the enum");
+    let one = call(&format!("days:3,location:{q}P{q}"));
+    assert!(!accepts(&g, &format!("{one}{one}"), false));
+    let parallel = typed_grammar(ToolFormat::Gemma4, true, false);
+    assert!(accepts(&parallel, &format!("{one}{one}"), false));
 }

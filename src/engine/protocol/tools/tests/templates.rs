@@ -152,3 +152,112 @@ fn templates_calls_read_back() {
         }
     }
 }
+
+/// Qwen3.5-4B.jinja's assistant tool calls.
+const QWEN35: &str = r#"{%- for message in messages %}{{- message.content }}
+        {%- for tool_call in message.tool_calls %}
+            {%- if tool_call.function is defined %}
+                {%- set tool_call = tool_call.function %}
+            {%- endif %}
+            {%- if loop.first %}
+                {%- if message.content|trim %}
+                    {{- '\n\n<tool_call>\n<function=' + tool_call.name + '>\n' }}
+                {%- else %}
+                    {{- '<tool_call>\n<function=' + tool_call.name + '>\n' }}
+                {%- endif %}
+            {%- else %}
+                {{- '\n<tool_call>\n<function=' + tool_call.name + '>\n' }}
+            {%- endif %}
+            {%- if tool_call.arguments is defined %}
+                {%- for args_name, args_value in tool_call.arguments|items %}
+                    {{- '<parameter=' + args_name + '>\n' }}
+                    {%- set args_value = args_value | tojson | safe if args_value is mapping or (args_value is sequence and args_value is not string) else args_value | string %}
+                    {{- args_value }}
+                    {{- '\n</parameter>\n' }}
+                {%- endfor %}
+            {%- endif %}
+            {{- '</function>\n</tool_call>' }}
+        {%- endfor %}{%- endfor %}"#;
+
+/// google-gemma-4-31B-it.jinja's `format_argument` and assistant tool calls.
+const GEMMA4: &str = r#"{%- macro format_argument(argument, escape_keys=True) -%}
+    {%- if argument is string -%}
+        {{- '<|"|>' + argument + '<|"|>' -}}
+    {%- elif argument is boolean -%}
+        {{- 'true' if argument else 'false' -}}
+    {%- elif argument is mapping -%}
+        {{- '{' -}}
+        {%- set ns = namespace(found_first=false) -%}
+        {%- for key, value in argument | dictsort -%}
+            {%- if ns.found_first %},{% endif -%}
+            {%- set ns.found_first = true -%}
+            {%- if escape_keys -%}
+                {{- '<|"|>' + key + '<|"|>' -}}
+            {%- else -%}
+                {{- key -}}
+            {%- endif -%}
+            :{{- format_argument(value, escape_keys=escape_keys) -}}
+        {%- endfor -%}
+        {{- '}' -}}
+    {%- elif argument is sequence -%}
+        {{- '[' -}}
+        {%- for item in argument -%}
+            {{- format_argument(item, escape_keys=escape_keys) -}}
+            {%- if not loop.last %},{% endif -%}
+        {%- endfor -%}
+        {{- ']' -}}
+    {%- else -%}
+        {{- argument -}}
+    {%- endif -%}
+{%- endmacro -%}
+{%- for message in messages -%}{{- message.content -}}
+                {%- for tool_call in message['tool_calls'] -%}
+                    {%- set function = tool_call['function'] -%}
+                    {{- '<|tool_call>call:' + function['name'] + '{' -}}
+                    {%- if function['arguments'] is mapping -%}
+                        {%- set ns_args = namespace(found_first=false) -%}
+                        {%- for key, value in function['arguments'] | dictsort -%}
+                            {%- if ns_args.found_first %},{% endif -%}
+                            {%- set ns_args.found_first = true -%}
+                            {{- key -}}:{{- format_argument(value, escape_keys=False) -}}
+                        {%- endfor -%}
+                    {%- elif function['arguments'] is string -%}
+                        {{- function['arguments'] -}}
+                    {%- endif -%}
+                    {{- '}<tool_call|>' -}}
+                {%- endfor -%}{%- endfor -%}"#;
+
+/// The formats whose arguments are not JSON: the calls read back to the arguments the template was given
+/// (values the XML template writes with Python's `str`, such as `None` and `True`, are left out).
+#[test]
+fn converted_calls_read_back() {
+    let weather = json!({"location": "Paris, \"FR\"\nline 2", "days": [1, 2], "n": 3, "opts": {"max": 3}});
+    let search = json!({"q": "été </tool_call> <|tool_call> [ARGS]", "flags": [true, null, 1.5]});
+    for (source, format, content) in [
+        (QWEN35, ToolFormat::QwenXml, "Let me check."),
+        (GEMMA4, ToolFormat::Gemma4, "Sure."),
+    ] {
+        let search = match format {
+            ToolFormat::QwenXml => json!({"q": search["q"]}),
+            _ => search.clone(),
+        };
+        let calls = [("get_weather", &weather), ("search", &search)];
+        let message = json!({"role": "assistant", "content": content, "tool_calls": calls.iter().map(|(n, a)| {
+            json!({"id": "x", "type": "function", "function": {"name": n, "arguments": a}})
+        }).collect::<Vec<_>>()});
+        let inputs = TemplateInputs {
+            messages: vec![message],
+            ..TemplateInputs::default()
+        };
+        let text = ChatTemplate::new(source).unwrap().render(&inputs).unwrap();
+        let (got, got_content) = read_back(&parse(format, &text));
+        assert_eq!(got_content, content, "{format:?}: {text:?}");
+        let got: Vec<(String, serde_json::Value)> = got
+            .into_iter()
+            .map(|(n, a)| (n, serde_json::from_str(&a).expect("JSON arguments")))
+            .collect();
+        let expected: Vec<(String, serde_json::Value)> =
+            calls.iter().map(|(n, a)| (n.to_string(), (*a).clone())).collect();
+        assert_eq!(got, expected, "{format:?}: {text:?}");
+    }
+}
