@@ -32,7 +32,7 @@ use crate::model::gguf::Meta;
 use crate::model::layers::attention::{Attention, Positions, Qkv};
 use crate::model::layers::kv_cache::KvCache;
 use crate::model::layers::linear::Linear;
-use crate::model::layers::mlp::{GateUp, Mlp};
+use crate::model::layers::mlp::Mlp;
 use crate::model::layers::norm::rms_norm;
 use crate::model::layers::rope::{Rope, RopeScaling};
 use crate::model::placed::Tensors;
@@ -423,13 +423,12 @@ impl Layer {
             o: take(ckpt, "self_attn.o_proj", [h, q])?,
             qk_norm: Some(qk_norm),
         };
-        let mlp = Mlp {
-            gate_up: GateUp::Split {
-                gate: take(ckpt, "mlp.gate_proj", [inter, h])?,
-                up: take(ckpt, "mlp.up_proj", [inter, h])?,
-            },
-            down: take(ckpt, "mlp.down_proj", [h, inter])?,
-        };
+        let mlp = Mlp::take(
+            ckpt,
+            &format!("{p}.mlp"),
+            ["gate_proj", "up_proj", "down_proj"],
+            (inter, h),
+        )?;
         let per_layer = match c.per_layer_input {
             Some((_, n)) => Some((
                 take(ckpt, "per_layer_input_gate", [n, h])?,

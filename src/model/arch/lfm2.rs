@@ -24,8 +24,7 @@ use crate::model::layers::attention::{Attention, Positions, Qkv};
 use crate::model::layers::conv::{self, ShortConv};
 use crate::model::layers::kv_cache::KvCache;
 use crate::model::layers::linear::Linear;
-use crate::model::layers::mlp::{GateUp, Mlp};
-use crate::model::layers::norm::rms_norm;
+use crate::model::layers::mlp::Mlp;
 use crate::model::layers::rope::Rope;
 use crate::model::placed::Tensors;
 
@@ -305,13 +304,12 @@ impl Layer {
                 })
             }
         };
-        let mlp = Mlp {
-            gate_up: GateUp::Split {
-                gate: take(ckpt, "feed_forward.w1", [inter, h])?,
-                up: take(ckpt, "feed_forward.w3", [inter, h])?,
-            },
-            down: take(ckpt, "feed_forward.w2", [h, inter])?,
-        };
+        let mlp = Mlp::take(
+            ckpt,
+            &p,
+            ["feed_forward.w1", "feed_forward.w3", "feed_forward.w2"],
+            (inter, h),
+        )?;
         Ok(Self {
             op_norm: ckpt.vector(&format!("{p}.operator_norm.weight"), h)?,
             ffn_norm: ckpt.vector(&format!("{p}.ffn_norm.weight"), h)?,
@@ -330,14 +328,16 @@ impl super::Layer for Layer {
         cache: &mut KvCache,
         at: &Positions,
     ) -> Tensor<3> {
-        let eps = c.rms_norm_eps;
-        let n = rms_norm(x.clone(), self.op_norm.clone(), eps);
-        let mixed = match &self.mixer {
-            Mixer::Attention(attn) => attn.forward(n, c, i, cache, at),
-            Mixer::Conv(conv) => conv.forward(n, i, cache),
-        };
-        let x = x + mixed;
-        x.clone() + self.mlp.forward(rms_norm(x, self.ffn_norm.clone(), eps), c.act)
+        super::pre_norm(
+            x,
+            (&self.op_norm, &self.ffn_norm),
+            c,
+            &self.mlp,
+            |n| match &self.mixer {
+                Mixer::Attention(attn) => attn.forward(n, c, i, cache, at),
+                Mixer::Conv(conv) => conv.forward(n, i, cache),
+            },
+        )
     }
 
     fn linears(&self) -> Vec<&Linear> {

@@ -17,7 +17,6 @@ use crate::model::layers::attention::{Attention, Positions};
 use crate::model::layers::kv_cache::KvCache;
 use crate::model::layers::linear::Linear;
 use crate::model::layers::mlp::Mlp;
-use crate::model::layers::norm::rms_norm;
 use crate::model::placed::Tensors;
 
 /// Hugging Face ↔ llama.cpp names of a layer's tensors.
@@ -126,12 +125,9 @@ impl super::Layer for Layer {
         cache: &mut KvCache,
         at: &Positions,
     ) -> Tensor<3> {
-        let eps = c.rms_norm_eps;
-        let x = x.clone()
-            + self
-                .attn
-                .forward(rms_norm(x, self.attn_norm.clone(), eps), c, i, cache, at);
-        x.clone() + self.mlp.forward(rms_norm(x, self.mlp_norm.clone(), eps), c.act)
+        super::pre_norm(x, (&self.attn_norm, &self.mlp_norm), c, &self.mlp, |n| {
+            self.attn.forward(n, c, i, cache, at)
+        })
     }
 
     fn linears(&self) -> Vec<&Linear> {

@@ -39,6 +39,7 @@ use super::config::{ConfigError, HfConfig, ModelConfig};
 use super::layers::attention::{Attention, Qkv};
 use super::layers::linear::Linear;
 use super::layers::mlp::{GateUp, Mlp};
+use super::layers::norm::rms_norm;
 use super::placed::Tensors;
 use crate::loader::LoadError;
 use crate::model::gguf::Meta;
@@ -299,6 +300,20 @@ pub(crate) fn load_attention_mlp(
         down: Linear::take(ckpt, &format!("{p}.mlp.down_proj"), [h, inter], false)?,
     };
     Ok((attn, mlp))
+}
+
+/// The pre-norm layer around any mixer (Llama's attention, LFM2's convolutions, Qwen3.5's DeltaNet):
+/// `x += mixer(rmsnorm(x))`, then `x += mlp(rmsnorm(x))`, with the layer's two norms `[h]`.
+pub(crate) fn pre_norm(
+    x: Tensor<3>,
+    (first, second): (&Tensor<1>, &Tensor<1>),
+    c: &ModelConfig,
+    mlp: &Mlp,
+    mixer: impl FnOnce(Tensor<3>) -> Tensor<3>,
+) -> Tensor<3> {
+    let eps = c.rms_norm_eps;
+    let x = x.clone() + mixer(rms_norm(x, first.clone(), eps));
+    x.clone() + mlp.forward(rms_norm(x, second.clone(), eps), c.act)
 }
 
 /// Every projection of an attention + MLP layer.

@@ -33,7 +33,7 @@ use crate::model::layers::attention::{Attention, Positions, Qkv};
 use crate::model::layers::conv::{self, causal_conv};
 use crate::model::layers::kv_cache::KvCache;
 use crate::model::layers::linear::Linear;
-use crate::model::layers::mlp::{GateUp, Mlp};
+use crate::model::layers::mlp::Mlp;
 use crate::model::layers::norm::rms_norm;
 use crate::model::layers::rope::Rope;
 use crate::model::layers::state::State;
@@ -514,17 +514,13 @@ impl Layer {
                 })
             }
         };
-        let take = |ckpt: &mut dyn Tensors, part: &str, shape| {
-            Linear::take(ckpt, &format!("{p}.mlp.{part}"), shape, false)
-        };
         let inter = c.intermediate_size;
-        let mlp = Mlp {
-            gate_up: GateUp::Split {
-                gate: take(ckpt, "gate_proj", [inter, h])?,
-                up: take(ckpt, "up_proj", [inter, h])?,
-            },
-            down: take(ckpt, "down_proj", [h, inter])?,
-        };
+        let mlp = Mlp::take(
+            ckpt,
+            &format!("{p}.mlp"),
+            ["gate_proj", "up_proj", "down_proj"],
+            (inter, h),
+        )?;
         Ok(Self {
             attn_norm: plus_one(ckpt.vector(&format!("{p}.input_layernorm.weight"), h)?),
             mlp_norm: plus_one(ckpt.vector(&format!("{p}.post_attention_layernorm.weight"), h)?),
@@ -543,14 +539,16 @@ impl super::Layer for Layer {
         cache: &mut KvCache,
         at: &Positions,
     ) -> Tensor<3> {
-        let eps = c.rms_norm_eps;
-        let n = rms_norm(x.clone(), self.attn_norm.clone(), eps);
-        let mixed = match &self.mixer {
-            Mixer::Attention(attn) => attn.forward(n, c, i, cache, at),
-            Mixer::Delta(net) => net.forward(n, c, i, cache),
-        };
-        let x = x + mixed;
-        x.clone() + self.mlp.forward(rms_norm(x, self.mlp_norm.clone(), eps), c.act)
+        super::pre_norm(
+            x,
+            (&self.attn_norm, &self.mlp_norm),
+            c,
+            &self.mlp,
+            |n| match &self.mixer {
+                Mixer::Attention(attn) => attn.forward(n, c, i, cache, at),
+                Mixer::Delta(net) => net.forward(n, c, i, cache),
+            },
+        )
     }
 
     fn linears(&self) -> Vec<&Linear> {

@@ -49,6 +49,24 @@ impl Mlp {
         self.down.forward(mixed)
     }
 
+    /// A gated MLP of width `inter` over hidden size `h` from `ckpt`: `{prefix}.{gate|up|down}.weight`, by
+    /// the family's names of the three.
+    pub fn take(
+        ckpt: &mut dyn crate::model::placed::Tensors,
+        prefix: &str,
+        [gate, up, down]: [&str; 3],
+        (inter, h): (usize, usize),
+    ) -> Result<Self, crate::loader::LoadError> {
+        let mut take = |part: &str, shape| Linear::take(ckpt, &format!("{prefix}.{part}"), shape, false);
+        Ok(Self {
+            gate_up: GateUp::Split {
+                gate: take(gate, [inter, h])?,
+                up: take(up, [inter, h])?,
+            },
+            down: take(down, [h, inter])?,
+        })
+    }
+
     /// The projections' weights.
     pub fn linears(&self) -> Vec<&Linear> {
         match &self.gate_up {
