@@ -230,3 +230,46 @@ fn metadata_contradicting_the_tensors_is_named() {
         assert!(e.contains(named), "{key}: {e}");
     }
 }
+
+/// `n > 1`: a prefill's states forked into rows (copies), each row decoding its own tokens, equals each
+/// sequence run alone; dropping a row keeps the others'.
+#[test]
+fn forked_rows_decode_as_single_sequences() {
+    for (f, _, golden) in fixtures() {
+        let g: Golden = serde_json::from_str(golden).expect("golden");
+        let decoder = load(&f, &Device::flex());
+        let prompt = &g.prompt_ids;
+        let tails = [[7u32, 9, 11], [300, 2, 5]];
+        let mut forked = decoder.new_cache(1, prompt.len() + 4);
+        decoder
+            .forward(std::slice::from_ref(prompt), &mut forked, false)
+            .expect("prefill");
+        forked.repeat_rows(2);
+        let mut both = Vec::new();
+        for (&a, &b) in tails[0].iter().zip(&tails[1]) {
+            let ids = vec![vec![a], vec![b]];
+            both = read(decoder.forward(&ids, &mut forked, false).expect("forked step"));
+        }
+        let v = decoder.config.vocab_size;
+        for (row, tail) in tails.iter().enumerate() {
+            let mut alone = decoder.new_cache(1, prompt.len() + 4);
+            let mut seq = prompt.clone();
+            seq.extend_from_slice(tail);
+            let want = read(decoder.forward(&[seq], &mut alone, false).expect("alone"));
+            let diff = max_abs_diff(&both[row * v..(row + 1) * v], &want);
+            assert!(diff <= 1e-4, "{}: row {row} differs by {diff}", f.name);
+        }
+        forked.keep_rows(&[1]);
+        let next = read(
+            decoder
+                .forward(&[vec![42]], &mut forked, false)
+                .expect("kept row"),
+        );
+        let mut alone = decoder.new_cache(1, prompt.len() + 4);
+        let mut seq = prompt.clone();
+        seq.extend_from_slice(&tails[1]);
+        seq.push(42);
+        let want = read(decoder.forward(&[seq], &mut alone, false).expect("alone"));
+        assert!(max_abs_diff(&next, &want) <= 1e-4, "{}: the kept row", f.name);
+    }
+}
