@@ -273,3 +273,112 @@ fn forked_rows_decode_as_single_sequences() {
         assert!(max_abs_diff(&next, &want) <= 1e-4, "{}: the kept row", f.name);
     }
 }
+
+/// Multi-token-prediction parts that kiln does not run are skipped, not refused: a Qwen3.5 GGUF with
+/// `nextn_predict_layers` blocks after the decoder's (as llama.cpp's converter writes them by default) and
+/// a checkpoint with `mtp.*` tensors load and give the same logits as without them.
+#[test]
+fn multi_token_prediction_parts_are_skipped() {
+    use kiln::loader::{Gguf, Value, gguf_write};
+    let files = fixtures();
+    let (qwen, bytes, golden) = (&files[1].0, files[1].1, files[1].2);
+    let g: Golden = serde_json::from_str(golden).expect("golden");
+    // One more block: a copy of the last layer's tensors under the next index.
+    let file = Gguf::parse(bytes).unwrap();
+    let mut meta = file.metadata.clone();
+    let blocks = match meta.get("qwen35.block_count") {
+        Some(Value::U32(n)) => *n,
+        other => panic!("block_count {other:?}"),
+    };
+    meta.insert("qwen35.block_count".into(), Value::U32(blocks + 1));
+    meta.insert("qwen35.nextn_predict_layers".into(), Value::U32(1));
+    let mut tensors = gguf_write::tensors_of(&file);
+    let last = format!("blk.{}.", blocks - 1);
+    let copies: Vec<(String, gguf_write::TensorOut<'_>)> = tensors
+        .iter()
+        .filter(|t| t.name.starts_with(&last))
+        .map(|t| (t.name.replacen(&last, &format!("blk.{blocks}."), 1), *t))
+        .collect();
+    tensors.extend(
+        copies
+            .iter()
+            .map(|(name, t)| gguf_write::TensorOut { name, ..*t }),
+    );
+    let with_mtp = gguf_write::write(&meta, &tensors).unwrap();
+    let decoder = kiln::engine::LoadedModel::from_gguf("tiny", &with_mtp, &Device::flex())
+        .expect("a file with a multi-token-prediction block loads")
+        .decoder;
+    assert_eq!(decoder.config.num_layers, blocks as usize);
+    let mut cache = decoder.new_cache(1, g.prompt_ids.len());
+    let logits = read(
+        decoder
+            .forward(std::slice::from_ref(&g.prompt_ids), &mut cache, true)
+            .unwrap(),
+    );
+    assert!(max_abs_diff(&logits, &g.logits.concat()) <= 2e-3);
+    // A checkpoint's `mtp.*` tensors.
+    let mut st = safetensors_of(qwen.weights);
+    st.push((
+        "mtp.fc.weight".to_owned(),
+        vec![0u8; 4 * 8],
+        "F32".to_owned(),
+        vec![2, 4],
+    ));
+    let weights = write_safetensors(&st);
+    let config = ModelConfig::from_json(qwen.config).unwrap();
+    let mut ckpt = Checkpoint::single(&weights).unwrap();
+    Decoder::load(config, &mut ckpt, &Device::flex()).expect("mtp.* is skipped");
+}
+
+/// The tensors of a safetensors file: name, bytes, dtype, shape.
+fn safetensors_of(bytes: &[u8]) -> Vec<(String, Vec<u8>, String, Vec<usize>)> {
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let data = &bytes[8 + n..];
+    header
+        .into_iter()
+        .filter(|(k, _)| k != "__metadata__")
+        .map(|(k, v)| {
+            let off = &v["data_offsets"];
+            let (a, b) = (
+                off[0].as_u64().unwrap() as usize,
+                off[1].as_u64().unwrap() as usize,
+            );
+            let shape = v["shape"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d.as_u64().unwrap() as usize)
+                .collect();
+            (
+                k,
+                data[a..b].to_vec(),
+                v["dtype"].as_str().unwrap().to_owned(),
+                shape,
+            )
+        })
+        .collect()
+}
+
+/// A safetensors file of `tensors`.
+fn write_safetensors(tensors: &[(String, Vec<u8>, String, Vec<usize>)]) -> Vec<u8> {
+    let mut header = serde_json::Map::new();
+    let mut data = Vec::new();
+    for (name, bytes, dtype, shape) in tensors {
+        let start = data.len();
+        data.extend_from_slice(bytes);
+        header.insert(
+            name.clone(),
+            serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [start, data.len()]}),
+        );
+    }
+    let mut h = serde_json::to_vec(&header).unwrap();
+    while !h.len().is_multiple_of(8) {
+        h.push(b' ');
+    }
+    let mut out = (h.len() as u64).to_le_bytes().to_vec();
+    out.extend(h);
+    out.extend(data);
+    out
+}

@@ -202,12 +202,14 @@ impl Weights for Checkpoint<'_> {
         Ok(raw)
     }
 
-    /// Rotary `inv_freq` buffers of old checkpoints are recomputed from the config and so never count as
-    /// extra.
+    /// Rotary `inv_freq` buffers of old checkpoints are recomputed from the config, and
+    /// multi-token-prediction heads (`mtp.*`, Qwen3.5's) are not run: neither counts as extra.
     fn leftover(&self) -> Option<String> {
         self.owner
             .keys()
-            .find(|n| !self.taken.contains(*n) && !n.ends_with("rotary_emb.inv_freq"))
+            .find(|n| {
+                !self.taken.contains(*n) && !n.ends_with("rotary_emb.inv_freq") && !n.starts_with("mtp.")
+            })
             .cloned()
     }
 

@@ -314,8 +314,17 @@ impl<'g, 'a> GgufWeights<'g, 'a> {
             file,
             arch: config.arch,
             fixups: fixups(config),
-            // Consumed by `config`.
-            taken: CONFIG_TENSORS.iter().map(|s| s.to_string()).collect(),
+            // Consumed by `config`, or parts kiln does not run.
+            taken: CONFIG_TENSORS
+                .iter()
+                .map(|s| s.to_string())
+                .chain(
+                    file.tensors
+                        .iter()
+                        .map(|(n, _)| n.clone())
+                        .filter(|n| config.arch.family().gguf_ignored(config, n)),
+                )
+                .collect(),
         })
     }
 }

@@ -305,6 +305,8 @@ impl State<'_> {
             s.staged.insert(hf, placed);
         } else if CONFIG_TENSORS.contains(&name) {
             gguf_model::config_tensor(&mut s.config, name, info, bytes)?;
+        } else if s.config.arch.family().gguf_ignored(&s.config, name) {
+            // A part of the file kiln does not run (multi-token-prediction blocks): read past.
         } else {
             let hf = s
                 .names
@@ -346,6 +348,9 @@ fn stage(g: &Gguf<'static>, device: &Device, limit: Option<u64>) -> Result<Stagi
                 }
                 .into());
             }
+            continue;
+        }
+        if config.arch.family().gguf_ignored(&config, name) {
             continue;
         }
         let hf = config

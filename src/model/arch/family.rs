@@ -101,6 +101,13 @@ pub(crate) trait Family: Sync {
         Ok(raw)
     }
 
+    /// Whether GGUF tensor `g` of a file of `c` is one kiln does not run and skips (Qwen3.5's
+    /// multi-token-prediction blocks after the decoder's layers).
+    fn gguf_ignored(&self, c: &ModelConfig, g: &str) -> bool {
+        let _ = (c, g);
+        false
+    }
+
     /// The tensors of layer `i`, by name after `model.layers.{i}.`, with the shapes `c` implies: the
     /// attention and MLP projections every family here has, and the family's norms.
     fn layer_shapes(&self, c: &ModelConfig, i: usize) -> Vec<(&'static str, Vec<usize>)> {

@@ -16,8 +16,9 @@
 //! GGUF (`qwen35`, llama.cpp's converter): `+1` folded into every norm but the DeltaNet's; `A_log` stored
 //! as `ssm_a = −exp(A_log)`; `dt_bias` as `ssm_dt.bias`; conv filters squeezed to `[C, w]`; when `Hv ≠
 //! Hk` the value heads reordered from grouped to tiled (value head `j` reads key head `j % Hk`), which the
-//! kernels follow rather than undo; `attention.recurrent_layers` flags the DeltaNet layers. Tensor names
-//! in [`NAMES`].
+//! kernels follow rather than undo; `attention.recurrent_layers` flags the DeltaNet layers;
+//! `nextn_predict_layers` multi-token-prediction blocks after the decoder's (in `block_count`) are skipped,
+//! as a checkpoint's `mtp.*` tensors are. Tensor names in [`NAMES`].
 
 use std::sync::Arc;
 
@@ -199,19 +200,26 @@ impl Family for Qwen35 {
         hf.linear_value_head_dim = Some(inner / hv);
         hf.full_attention_interval = m.opt_usize("full_attention_interval")?;
         hf.delta_tiled = Some(true);
-        // Multi-token-prediction blocks follow the decoder's; kiln does not run them.
+        // Multi-token-prediction blocks follow the decoder's (`block_count` counts them); kiln does not
+        // run them and skips their tensors (`gguf_ignored`).
         let mtp = m.opt_usize("nextn_predict_layers")?.unwrap_or(0);
-        if mtp > 0 {
-            return Err(m.error(
-                "nextn_predict_layers",
-                "files with multi-token-prediction blocks are not supported yet; convert without them",
-            ));
-        }
+        let layers = hf
+            .num_hidden_layers
+            .checked_sub(mtp)
+            .filter(|&n| n > 0)
+            .ok_or_else(|| {
+                m.error(
+                    "nextn_predict_layers",
+                    format!("{mtp} of {} blocks", hf.num_hidden_layers),
+                )
+            })?;
+        hf.num_hidden_layers = layers;
         check_gguf(m, hf)?;
         if let Some(flags) = m.opt_bools("attention.recurrent_layers")? {
             hf.layer_types = Some(
                 flags
                     .iter()
+                    .take(layers)
                     .map(|&r| if r { "linear_attention" } else { "full_attention" }.to_owned())
                     .collect(),
             );
@@ -259,6 +267,14 @@ impl Family for Qwen35 {
             return Some(format!("model.layers.{layer}.{h}"));
         }
         super::family::hf_name_from(self, g)
+    }
+
+    /// The multi-token-prediction blocks' tensors: every `blk.{i}.*` past the decoder's layers.
+    fn gguf_ignored(&self, c: &ModelConfig, g: &str) -> bool {
+        g.strip_prefix("blk.")
+            .and_then(|rest| rest.split_once('.'))
+            .and_then(|(layer, _)| layer.parse::<usize>().ok())
+            .is_some_and(|layer| layer >= c.num_layers)
     }
 
     fn gguf_shape(&self, hf: &str, shape: &[usize]) -> Vec<usize> {
@@ -351,7 +367,7 @@ fn check_gguf(m: &Meta<'_, '_>, hf: &HfConfig) -> Result<(), LoadError> {
         return Ok(());
     };
     let flags = m.opt_bools("attention.recurrent_layers")?.unwrap_or_default();
-    for (i, &recurrent) in flags.iter().enumerate() {
+    for (i, &recurrent) in flags.iter().enumerate().take(hf.num_hidden_layers) {
         if recurrent != m.tensor(&format!("blk.{i}.ssm_a")).is_some() {
             let what = if recurrent {
                 "a DeltaNet layer"
