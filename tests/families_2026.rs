@@ -179,6 +179,51 @@ fn ggufs_match_their_dequantised_references_on_flex_and_wgpu() {
     }
 }
 
+/// Gemma 4's per-layer embedding table stays in host memory beside a GPU: none of its bytes on the device,
+/// its rows dequantised on the host and uploaded (equal to the stored values); on the CPU backend it is
+/// the device's; any other matrix goes to the GPU. (The golden checks above run the whole model so on wgpu.)
+#[test]
+fn the_per_layer_table_stays_in_host_memory_beside_a_gpu() {
+    use kiln::loader::{GgmlType, RawTensor};
+    use kiln::model::layers::linear::Matrix;
+    use kiln::model::placed::{HOST_TABLES, Placed};
+    let (n, k) = (5, 64);
+    let values: Vec<f32> = (0..n * k).map(|i| (i as f32 * 0.37).sin()).collect();
+    let bytes: Vec<u8> = values
+        .iter()
+        .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
+        .collect();
+    let raw = RawTensor {
+        ty: GgmlType::F16,
+        shape: vec![n, k],
+        bytes: bytes.clone().into(),
+    };
+    let quant = |p: Placed| match p {
+        Placed::Matrix(Matrix::Quant(q)) => q,
+        _ => panic!("an f16 matrix is kept in its blocks"),
+    };
+    let gpu = gpu();
+    let table = quant(Placed::new(HOST_TABLES[0], &raw, &gpu).unwrap());
+    assert_eq!((table.device_bytes(), table.bytes()), (0, bytes.len()));
+    assert!(table.gpu().is_none());
+    let rows = table.rows(&[3, 0, 3], &gpu);
+    assert!(matches!(
+        rows.device().as_dispatch(),
+        burn::backend::DispatchDevice::Cube(_)
+    ));
+    let got = rows.into_data().try_to_vec::<f32>().unwrap();
+    for (i, row) in [3, 0, 3].into_iter().enumerate() {
+        for j in 0..k {
+            let stored = half::f16::from_f32(values[row * k + j]).to_f32();
+            assert_eq!(got[i * k + j], stored, "row {row}, element {j}");
+        }
+    }
+    let other = quant(Placed::new("model.layers.0.mlp.up_proj.weight", &raw, &gpu).unwrap());
+    assert!(other.gpu().is_some() && other.device_bytes() > 0);
+    let on_cpu = quant(Placed::new(HOST_TABLES[0], &raw, &Device::flex()).unwrap());
+    assert_eq!(on_cpu.device_bytes(), bytes.len());
+}
+
 /// GGUF metadata that contradicts the tensors it describes is a load error naming the key.
 #[test]
 fn metadata_contradicting_the_tensors_is_named() {
@@ -328,6 +373,136 @@ fn multi_token_prediction_parts_are_skipped() {
     let config = ModelConfig::from_json(qwen.config).unwrap();
     let mut ckpt = Checkpoint::single(&weights).unwrap();
     Decoder::load(config, &mut ckpt, &Device::flex()).expect("mtp.* is skipped");
+}
+
+/// Qwen3.5's and Gemma 4's checkpoints are multimodal (`…ForConditionalGeneration`: the language model
+/// under `model.language_model.`, the towers beside it): kiln loads the language model alone and reads
+/// the towers past, with the same logits as the text-only checkpoint; Gemma 4's sharing layers' own keys
+/// and values, which Google's checkpoints hold, are read past too, from safetensors and from GGUF. Without
+/// the towers skipped, one is named as extra.
+#[test]
+fn multimodal_checkpoints_load_as_their_language_models() {
+    use kiln::loader::{Gguf, gguf_write};
+    let files = fixtures();
+    for (f, top, model_type, tower) in [
+        (
+            &files[1].0,
+            "Qwen3_5ForConditionalGeneration",
+            "qwen3_5",
+            "model.visual.blocks.0.attn.qkv.weight",
+        ),
+        (
+            &files[2].0,
+            "Gemma4ForConditionalGeneration",
+            "gemma4",
+            "model.vision_tower.encoder.layers.0.mlp.fc1.weight",
+        ),
+    ] {
+        let g: Golden = serde_json::from_str(f.golden).expect("golden");
+        let mut text: serde_json::Value = serde_json::from_slice(f.config).unwrap();
+        text.as_object_mut().unwrap().remove("architectures");
+        let config = serde_json::json!({
+            "architectures": [top], "model_type": model_type, "text_config": text,
+            "vision_config": {"model_type": format!("{model_type}_vision"), "hidden_size": 8},
+            "image_token_id": 3,
+        });
+        let config = ModelConfig::from_json(&serde_json::to_vec(&config).unwrap())
+            .unwrap_or_else(|e| panic!("{top}: {e}"));
+        let towers = config.text_only.expect("read as its language model").towers;
+        assert!(config.vision.is_none());
+        let mut st: Vec<_> = safetensors_of(f.weights)
+            .into_iter()
+            .map(|(name, bytes, dtype, shape)| {
+                let name = match name.strip_prefix("model.") {
+                    Some(rest) => format!("model.language_model.{rest}"),
+                    None => name,
+                };
+                (name, bytes, dtype, shape)
+            })
+            .collect();
+        st.push((tower.to_owned(), vec![0u8; 4 * 8], "F32".to_owned(), vec![2, 4]));
+        if model_type == "gemma4" {
+            // the first sharing layer's own keys and values, as Google's checkpoints hold them
+            let shared = (0..config.num_layers)
+                .find(|&i| matches!(config.layers[i].cache, kiln::model::CacheKind::SharedKv { .. }))
+                .expect("a sharing layer");
+            let (kv, d) = config.attn_dims(shared);
+            let h = config.hidden_size;
+            let p = format!("model.language_model.layers.{shared}.self_attn");
+            for (part, shape) in [
+                ("k_proj", vec![kv * d, h]),
+                ("v_proj", vec![kv * d, h]),
+                ("k_norm", vec![d]),
+            ] {
+                let n: usize = shape.iter().product();
+                st.push((
+                    format!("{p}.{part}.weight"),
+                    vec![0u8; 4 * n],
+                    "F32".to_owned(),
+                    shape,
+                ));
+            }
+        }
+        let weights = write_safetensors(&st);
+        let unskipped = Decoder::load(
+            config.clone(),
+            &mut Checkpoint::single(&weights).unwrap(),
+            &Device::flex(),
+        )
+        .expect_err("a tower left over");
+        assert!(unskipped.to_string().contains(tower), "{top}: {unskipped}");
+        let mut ckpt = Checkpoint::single(&weights).unwrap().skipping(towers);
+        let decoder =
+            Decoder::load(config, &mut ckpt, &Device::flex()).unwrap_or_else(|e| panic!("{top}: {e}"));
+        let mut cache = decoder.new_cache(1, g.prompt_ids.len());
+        let logits = read(
+            decoder
+                .forward(std::slice::from_ref(&g.prompt_ids), &mut cache, true)
+                .unwrap(),
+        );
+        let diff = max_abs_diff(&logits, &g.logits.concat());
+        assert!(diff <= LOGITS_TOLERANCE, "{top}: {diff}");
+    }
+    // Gemma 4's GGUF with a sharing layer's `attn_k` / `attn_v` / `attn_k_norm`, as llama.cpp's converter
+    // writes them from Google's checkpoint.
+    let (bytes, golden) = (files[2].1, files[2].2);
+    let g: Golden = serde_json::from_str(golden).expect("golden");
+    let file = Gguf::parse(bytes).unwrap();
+    let mut tensors = gguf_write::tensors_of(&file);
+    let layers = match file.metadata.get("gemma4.block_count") {
+        Some(kiln::loader::Value::U32(n)) => *n as usize,
+        other => panic!("block_count {other:?}"),
+    };
+    let shared = match file.metadata.get("gemma4.attention.shared_kv_layers") {
+        Some(kiln::loader::Value::U32(n)) => layers - *n as usize,
+        other => panic!("shared_kv_layers {other:?}"),
+    };
+    let copies: Vec<(String, gguf_write::TensorOut<'_>)> = tensors
+        .iter()
+        .filter(|t| t.name.starts_with("blk.0.attn_k") || t.name.starts_with("blk.0.attn_v"))
+        .map(|t| (t.name.replacen("blk.0.", &format!("blk.{shared}."), 1), *t))
+        .collect();
+    assert!(
+        copies.len() >= 2,
+        "{:?}",
+        copies.iter().map(|c| &c.0).collect::<Vec<_>>()
+    );
+    tensors.extend(
+        copies
+            .iter()
+            .map(|(name, t)| gguf_write::TensorOut { name, ..*t }),
+    );
+    let with_kv = gguf_write::write(&file.metadata, &tensors).unwrap();
+    let decoder = kiln::engine::LoadedModel::from_gguf("tiny", &with_kv, &Device::flex())
+        .expect("a sharing layer's own keys and values are read past")
+        .decoder;
+    let mut cache = decoder.new_cache(1, g.prompt_ids.len());
+    let logits = read(
+        decoder
+            .forward(std::slice::from_ref(&g.prompt_ids), &mut cache, true)
+            .unwrap(),
+    );
+    assert!(max_abs_diff(&logits, &g.logits.concat()) <= 2e-3);
 }
 
 /// The tensors of a safetensors file: name, bytes, dtype, shape.

@@ -161,7 +161,8 @@ impl LoadedModel {
         let mut weights = match (files.index, files.weights.as_slice()) {
             (None, [(_, bytes)]) => Checkpoint::single(bytes)?,
             (index, _) => Checkpoint::shards(index, files.weights.clone())?,
-        };
+        }
+        .skipping(config.text_only.map_or(&[][..], |t| t.towers));
         let mut reporting = Reporting::new(&mut weights, on_upload);
         let mut quantizing;
         let ckpt: &mut dyn Weights = match quantize {

@@ -61,6 +61,8 @@ pub struct QuantWeight {
 enum Store {
     /// Host memory, for the CPU backend: `n` rows of `row_bytes` bytes.
     Host(Arc<[u8]>),
+    /// Host memory for a table the model only reads by rows, whatever its device ([`QuantWeight::host`]).
+    Rows(Arc<[u8]>),
     /// A storage buffer on the wgpu device.
     #[cfg(feature = "webgpu")]
     Gpu(Box<gpu::GpuWeight>),
@@ -119,12 +121,35 @@ impl QuantWeight {
         Ok(Some(Self { ty, n, k, store }))
     }
 
+    /// Keeps `bytes` (`n` rows of `k` elements of `ty`) in host memory whatever the model's device: a table
+    /// read a few rows at a time (Gemma 4's per-layer embeddings, as large as the rest of the model), whose
+    /// rows [`QuantWeight::rows`] dequantises on the host and uploads. Such a matrix is never multiplied.
+    /// `None` when the shape does not split into whole blocks of `ty`.
+    pub fn host(ty: GgmlType, bytes: &[u8], n: usize, k: usize) -> Option<Self> {
+        let row = ty.row_bytes(k)?;
+        (row.checked_mul(n) == Some(bytes.len())).then(|| Self {
+            ty,
+            n,
+            k,
+            store: Store::Rows(Arc::from(bytes)),
+        })
+    }
+
     /// Bytes of the packed blocks.
     pub fn bytes(&self) -> usize {
         match &self.store {
-            Store::Host(b) => b.len(),
+            Store::Host(b) | Store::Rows(b) => b.len(),
             #[cfg(feature = "webgpu")]
             Store::Gpu(w) => w.device_bytes(),
+        }
+    }
+
+    /// Bytes the blocks take on the model's device: none for a table kept in host memory beside a device
+    /// elsewhere ([`QuantWeight::host`]); on the CPU backend, host memory is the device's.
+    pub fn device_bytes(&self) -> usize {
+        match &self.store {
+            Store::Rows(_) => 0,
+            _ => self.bytes(),
         }
     }
 
@@ -138,6 +163,7 @@ impl QuantWeight {
                 let out = FlexTensor::from_data(TensorData::new(y, [m, self.n]));
                 Tensor::from_primitive::<Flex>(out)
             }
+            Store::Rows(_) => panic!("a table kept for its rows (QuantWeight::host) is never multiplied"),
             #[cfg(feature = "webgpu")]
             Store::Gpu(w) => gpu::matmul(x, w),
         }
@@ -171,14 +197,14 @@ impl QuantWeight {
     pub fn gpu(&self) -> Option<&gpu::GpuWeight> {
         match &self.store {
             Store::Gpu(w) => Some(w),
-            Store::Host(_) => None,
+            Store::Host(_) | Store::Rows(_) => None,
         }
     }
 
     /// Rows `ids` of the matrix, dequantised: `[ids.len(), k]` on `device` (the weight's).
     pub fn rows(&self, ids: &[u32], device: &Device) -> Tensor<2> {
         match &self.store {
-            Store::Host(bytes) => {
+            Store::Host(bytes) | Store::Rows(bytes) => {
                 let row = self.ty.row_bytes(self.k).unwrap_or(0);
                 let mut out = vec![0.0; ids.len() * self.k];
                 for (dst, &id) in out.chunks_exact_mut(self.k).zip(ids) {

@@ -139,9 +139,18 @@ pub struct Checkpoint<'a> {
     /// Tensor name → index in `files`.
     owner: BTreeMap<String, usize>,
     taken: BTreeSet<String>,
+    /// Prefixes of parts the model does not run ([`Checkpoint::skipping`]).
+    skipped: Vec<&'static str>,
 }
 
 impl<'a> Checkpoint<'a> {
+    /// The tensors under `prefixes` are parts the model does not run (a multimodal checkpoint's towers,
+    /// where kiln loads its language model alone): never left over.
+    pub fn skipping(mut self, prefixes: &[&'static str]) -> Self {
+        self.skipped.extend_from_slice(prefixes);
+        self
+    }
+
     /// One `model.safetensors`.
     pub fn single(bytes: &'a [u8]) -> Result<Self, LoadError> {
         Self::shards(None, vec![("model.safetensors".into(), bytes)])
@@ -174,6 +183,7 @@ impl<'a> Checkpoint<'a> {
             files,
             owner,
             taken: BTreeSet::new(),
+            skipped: Vec::new(),
         })
     }
 }
@@ -203,12 +213,16 @@ impl Weights for Checkpoint<'_> {
     }
 
     /// Rotary `inv_freq` buffers of old checkpoints are recomputed from the config, and
-    /// multi-token-prediction heads (`mtp.*`, Qwen3.5's) are not run: neither counts as extra.
+    /// multi-token-prediction heads (`mtp.*`, Qwen3.5's) and the parts under [`Checkpoint::skipping`]'s
+    /// prefixes are not run: none counts as extra.
     fn leftover(&self) -> Option<String> {
         self.owner
             .keys()
             .find(|n| {
-                !self.taken.contains(*n) && !n.ends_with("rotary_emb.inv_freq") && !n.starts_with("mtp.")
+                !self.taken.contains(*n)
+                    && !n.ends_with("rotary_emb.inv_freq")
+                    && !n.starts_with("mtp.")
+                    && !self.skipped.iter().any(|p| n.starts_with(p))
             })
             .cloned()
     }

@@ -11,6 +11,7 @@ use serde::Deserialize;
 
 pub use super::arch::Arch;
 use super::layers::rope::Rope;
+use super::text_part::TextOnly;
 pub use super::vision::config::VisionConfig;
 use super::vision::config::VisionFields;
 
@@ -378,6 +379,8 @@ pub struct ModelConfig {
     pub act: Act,
     /// A multimodal model's vision encoder (its `vision_config`), `None` for a text model.
     pub vision: Option<VisionConfig>,
+    /// A multimodal checkpoint read as its language model alone (`model::text_part`).
+    pub text_only: Option<TextOnly>,
 }
 
 impl ModelConfig {
@@ -393,9 +396,10 @@ impl ModelConfig {
         let text = c.text_part()?;
         let arch = Arch::of(&text)?;
         let mut config = arch.family().resolve(&text)?;
-        config.vision = match &c.vision_config {
-            Some(v) => Some(VisionConfig::resolve(v, &c, &config)?),
-            None => None,
+        config.text_only = TextOnly::of(&c);
+        config.vision = match (&c.vision_config, config.text_only) {
+            (Some(v), None) => Some(VisionConfig::resolve(v, &c, &config)?),
+            _ => None,
         };
         config.check()?;
         Ok(config)
@@ -516,6 +520,7 @@ impl ModelConfig {
             embed_scale: None,
             act: Act::Silu,
             vision: None,
+            text_only: None,
         })
     }
 

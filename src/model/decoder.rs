@@ -23,6 +23,7 @@ use super::layers::norm::rms_norm;
 use super::layers::rope::RopeTable;
 use super::per_layer::PerLayer;
 use super::placed::{Placing, Tensors};
+use super::text_part::TextPart;
 use crate::kernels::caps::Caps;
 use crate::kernels::mask::{Mask, SpanError};
 use crate::loader::{LoadError, Weights};
@@ -123,6 +124,14 @@ impl Decoder {
                 ),
             }
             .into());
+        }
+        // A multimodal checkpoint whose towers kiln does not run: its language model, by its names.
+        if let Some(t) = config.text_only {
+            let text = ModelConfig {
+                text_only: None,
+                ..config
+            };
+            return Self::assemble(text, &mut TextPart::new(ckpt, t.text, "lm_head.weight"), device);
         }
         let c = &config;
         let (h, v) = (c.hidden_size, c.vocab_size);

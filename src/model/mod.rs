@@ -3,7 +3,8 @@
 //! `per_layer`), what a prefill runs (`input`: prompt chunks of
 //! ids and embedding rows), the checkpoint tensors it is assembled from (`placed`), and a
 //! vision-language model's vision part (`vision`: the encoder and the projector whose rows a prefill
-//! takes). Every function takes tensors on any runtime device.
+//! takes; `text_part`: a multimodal checkpoint's language model, alone where kiln does not run its
+//! towers). Every function takes tensors on any runtime device.
 
 pub mod arch;
 pub mod config;
@@ -15,6 +16,7 @@ pub mod per_layer;
 pub mod placed;
 #[cfg(feature = "webgpu")]
 mod step;
+pub mod text_part;
 pub mod vision;
 
 pub use arch::Arch;

@@ -9,7 +9,9 @@
 //! ```
 //!
 //! The table is as large as the rest of the model together (262 144 × 35 × 256 values in E2B), held in
-//! its GGUF blocks like the embedding table, gathered a row per token.
+//! its GGUF blocks and gathered a row per token; beside a GPU it stays in host memory
+//! ([`HOST_TABLES`](super::placed::HOST_TABLES)), its rows dequantised there and uploaded, so that it
+//! takes none of the device's memory and no storage buffer of its size.
 //!
 //! Shapes: `b` sequences, `s` positions, `L` layers, `n` the per-layer width, `h` the hidden size.
 
@@ -106,7 +108,7 @@ impl PerLayer {
         self.table.dims()[0]
     }
 
-    /// Bytes the weights take on the device.
+    /// Bytes the weights take on the device (the table none when it stays in host memory).
     pub fn device_bytes(&self) -> usize {
         self.table.device_bytes() + self.proj.weight.device_bytes()
     }

@@ -4,6 +4,10 @@
 //! checkpoint whose bytes are all there), [`Staged`] holds tensors placed as they arrived (a file
 //! streamed in pieces, in its own order).
 //!
+//! A table the model only reads by rows and that is as large as the rest of it (Gemma 4's per-layer
+//! embeddings, [`HOST_TABLES`]) stays in host memory beside a GPU device: its rows are dequantised on the
+//! host and uploaded a few at a time, as llama.cpp keeps its input tables on the CPU.
+//!
 //! Tensors of higher rank (a vision tower's convolution `[out, in, kh, kw]`) are placed dense in f32 and
 //! taken through [`dense`] at the rank the caller names; a matrix used otherwise than as a weight through
 //! [`dense_matrix`].
@@ -14,8 +18,36 @@ use std::collections::BTreeMap;
 
 use burn::tensor::{Device, Tensor, TensorData};
 
+use burn::backend::DispatchDevice;
+
 use super::layers::linear::Matrix;
+use crate::kernels::QuantWeight;
 use crate::loader::{LoadError, RawTensor, Weights};
+
+/// The tables (by Hugging Face name) read only by rows, kept in host memory on every device.
+pub const HOST_TABLES: [&str; 1] = [super::per_layer::NAMES[0].0];
+
+/// Whether the tensor a GGUF file names `gguf_name` stays in host memory beside `device` (a
+/// [`HOST_TABLES`] table on a device other than the CPU): it takes none of the device's memory.
+pub fn kept_on_host(gguf_name: &str, device: &Device) -> bool {
+    !matches!(device.as_dispatch(), DispatchDevice::Flex(_))
+        && super::per_layer::NAMES
+            .iter()
+            .any(|(hf, gguf)| *gguf == gguf_name && HOST_TABLES.contains(hf))
+}
+
+/// Places matrix `name`: a [`HOST_TABLES`] table in host memory ([`QuantWeight::host`]) beside a device
+/// other than the CPU, every other matrix as [`Matrix::load`] does.
+fn place_matrix(name: &str, raw: &RawTensor<'_>, device: &Device) -> Result<Matrix, LoadError> {
+    let cpu = matches!(device.as_dispatch(), DispatchDevice::Flex(_));
+    if !cpu && HOST_TABLES.contains(&name) {
+        let [n, k] = [raw.shape[0], raw.shape[1]];
+        if let Some(q) = QuantWeight::host(raw.ty, &raw.bytes, n, k) {
+            return Ok(Matrix::Quant(q));
+        }
+    }
+    Matrix::load(name, raw, device)
+}
 
 /// A tensor on its device.
 #[derive(Debug, Clone)]
@@ -34,7 +66,7 @@ impl Placed {
     pub fn new(name: &str, raw: &RawTensor<'_>, device: &Device) -> Result<Self, LoadError> {
         match raw.shape.as_slice() {
             &[_] => Ok(Self::Vector(Box::new(vector(raw, device)))),
-            &[_, _] => Ok(Self::Matrix(Matrix::load(name, raw, device)?)),
+            &[_, _] => Ok(Self::Matrix(place_matrix(name, raw, device)?)),
             [] => Err(LoadError::Shape {
                 name: name.into(),
                 expected: vec![1],
@@ -100,6 +132,9 @@ pub trait Tensors {
     /// The elements `[n]` (row-major, f32) of tensor `name` of `shape` ([`dense`] and [`dense_matrix`]
     /// shape them; a matrix a streamed load placed in blocks is an error naming it).
     fn flat(&mut self, name: &str, shape: &[usize]) -> Result<Tensor<1>, LoadError>;
+    /// Reads past tensor `name` of `shape` without placing it: a part a checkpoint holds that the model
+    /// does not run (Gemma 4's shared layers' own keys and values), so that it is not left over.
+    fn skip(&mut self, name: &str, shape: &[usize]) -> Result<(), LoadError>;
     /// The first tensor nobody took, if any.
     fn leftover(&self) -> Option<String>;
 }
@@ -130,11 +165,15 @@ impl Tensors for Placing<'_> {
 
     fn matrix(&mut self, name: &str, shape: [usize; 2]) -> Result<Matrix, LoadError> {
         let raw = self.weights.take(name, &shape)?;
-        Matrix::load(name, &raw, &self.device)
+        place_matrix(name, &raw, &self.device)
     }
 
     fn flat(&mut self, name: &str, shape: &[usize]) -> Result<Tensor<1>, LoadError> {
         Ok(vector(&self.weights.take(name, shape)?, &self.device))
+    }
+
+    fn skip(&mut self, name: &str, shape: &[usize]) -> Result<(), LoadError> {
+        self.weights.take(name, shape).map(drop)
     }
 
     fn leftover(&self) -> Option<String> {
@@ -204,6 +243,10 @@ impl Tensors for Staged {
                 actual: m.dims().to_vec(),
             }),
         }
+    }
+
+    fn skip(&mut self, name: &str, shape: &[usize]) -> Result<(), LoadError> {
+        self.take(name, shape).map(drop)
     }
 
     fn leftover(&self) -> Option<String> {

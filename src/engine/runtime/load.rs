@@ -440,10 +440,11 @@ fn default_limit(device: &Device) -> Option<u64> {
 }
 
 /// The bytes the weights of `g` take as `device` would hold them (quantized blocks packed where it has a
-/// kernel, other tensors widened to f32).
+/// kernel, other tensors widened to f32; a table kept in host memory beside a GPU, none).
 fn held_bytes(g: &Gguf<'static>, device: &Device) -> u64 {
     g.tensors
         .iter()
+        .filter(|(name, _)| !crate::model::placed::kept_on_host(name, device))
         .map(|(_, t)| {
             let elements: usize = t.dims.iter().product();
             match t.dims.len() == 2 && QuantWeight::keeps(t.ty, t.end - t.start, device) {

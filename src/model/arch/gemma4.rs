@@ -205,15 +205,13 @@ impl Family for Gemma4 {
             }
         }
         let shared = m.opt_usize("attention.shared_kv_layers")?.unwrap_or(0);
-        for i in 0..sliding.len() {
-            let own = m.tensor(&format!("blk.{i}.attn_k.weight")).is_some();
-            if own == (i + shared >= sliding.len()) {
+        // A layer before the sharing ones must hold its keys; a sharing layer may too (files converted
+        // from Google's checkpoints do; they are read past, as llama.cpp loads them unused).
+        for i in 0..sliding.len().saturating_sub(shared) {
+            if m.tensor(&format!("blk.{i}.attn_k.weight")).is_none() {
                 return Err(m.error(
                     "attention.shared_kv_layers",
-                    format!(
-                        "{shared} shared layers; layer {i} {} keys of its own",
-                        if own { "has" } else { "lacks" }
-                    ),
+                    format!("{shared} shared layers; layer {i} lacks keys of its own"),
                 ));
             }
         }
@@ -266,6 +264,26 @@ impl Family for Gemma4 {
             return Some(format!("model.layers.{layer}.{}", SCALAR.0));
         }
         super::family::hf_name_from(self, g)
+    }
+
+    /// A sharing layer's own keys and values, which a file converted from Google's checkpoint holds
+    /// (llama.cpp's converter keeps them; its runtime loads them unused).
+    fn gguf_ignored(&self, c: &ModelConfig, g: &str) -> bool {
+        g.strip_prefix("blk.")
+            .and_then(|rest| rest.split_once('.'))
+            .and_then(|(layer, part)| Some((layer.parse::<usize>().ok()?, part)))
+            .is_some_and(|(layer, part)| {
+                c.layers
+                    .get(layer)
+                    .is_some_and(|l| matches!(l.cache, CacheKind::SharedKv { .. }))
+                    && [
+                        "attn_k.weight",
+                        "attn_v.weight",
+                        "attn_k_norm.weight",
+                        "attn_v_norm.weight",
+                    ]
+                    .contains(&part)
+            })
     }
 
     fn layer_shapes(&self, c: &ModelConfig, i: usize) -> Vec<(&'static str, Vec<usize>)> {
@@ -416,7 +434,22 @@ impl Layer {
                 },
                 Tensor::cat(vec![q_norm, vector(ckpt, "self_attn.k_norm.weight", d)?], 0),
             ),
-            _ => (Qkv::Shared(q_proj), q_norm),
+            _ => {
+                // A checkpoint may hold a sharing layer's own keys and values (Google's do; transformers
+                // drops them on load, llama.cpp loads them unused): read past.
+                for (part, shape) in [
+                    ("self_attn.k_proj.weight", vec![kv * d, h]),
+                    ("self_attn.v_proj.weight", vec![kv * d, h]),
+                    ("self_attn.k_norm.weight", vec![d]),
+                    ("self_attn.v_norm.weight", vec![d]),
+                ] {
+                    let name = format!("{p}.{part}");
+                    if ckpt.contains(&name) {
+                        ckpt.skip(&name, &shape)?;
+                    }
+                }
+                (Qkv::Shared(q_proj), q_norm)
+            }
         };
         let attn = Attention {
             qkv,

@@ -93,7 +93,7 @@ impl Matrix {
     pub fn device_bytes(&self) -> usize {
         match self {
             Self::Dense(t) => 4 * t.dims().iter().product::<usize>(),
-            Self::Quant(q) => q.bytes(),
+            Self::Quant(q) => q.device_bytes(),
         }
     }
 }

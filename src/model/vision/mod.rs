@@ -34,8 +34,8 @@ pub use encoder::Encoder;
 use super::config::{ConfigError, ModelConfig};
 use super::decoder::Decoder;
 use super::input::Attend;
-use super::layers::linear::Matrix;
 use super::placed::{Placing, Tensors};
+use super::text_part::TextPart;
 use crate::loader::{LoadError, Weights};
 
 /// Where a multimodal checkpoint keeps its parts' tensors.
@@ -180,48 +180,6 @@ impl Vision {
     }
 }
 
-/// The language model's view of a multimodal checkpoint: its `model.*` and `lm_head` names where the
-/// layout keeps them.
-struct TextPart<'a> {
-    inner: &'a mut dyn Tensors,
-    layout: Layout,
-}
-
-impl TextPart<'_> {
-    fn name(&self, name: &str) -> String {
-        match name.strip_prefix("model.") {
-            Some(rest) => format!("{}{rest}", self.layout.text),
-            None if name == "lm_head.weight" => self.layout.lm_head.to_owned(),
-            None => name.to_owned(),
-        }
-    }
-}
-
-impl Tensors for TextPart<'_> {
-    fn contains(&self, name: &str) -> bool {
-        self.inner.contains(&self.name(name))
-    }
-
-    fn vector(&mut self, name: &str, n: usize) -> Result<Tensor<1>, LoadError> {
-        let name = self.name(name);
-        self.inner.vector(&name, n)
-    }
-
-    fn matrix(&mut self, name: &str, shape: [usize; 2]) -> Result<Matrix, LoadError> {
-        let name = self.name(name);
-        self.inner.matrix(&name, shape)
-    }
-
-    fn flat(&mut self, name: &str, shape: &[usize]) -> Result<Tensor<1>, LoadError> {
-        let name = self.name(name);
-        self.inner.flat(&name, shape)
-    }
-
-    fn leftover(&self) -> Option<String> {
-        self.inner.leftover()
-    }
-}
-
 /// Builds a multimodal model from its tensors on `device`: the vision part (encoder, projector), then
 /// the language model (`config` without its `vision`) from the rest. A config without `vision` is an
 /// error naming `vision_config`.
@@ -257,7 +215,7 @@ pub(crate) fn assemble_in(
         vision: None,
         ..config
     };
-    let mut part = TextPart { inner: ckpt, layout };
+    let mut part = TextPart::new(ckpt, layout.text, layout.lm_head);
     let decoder = Decoder::assemble(text, &mut part, device)?;
     let vision = Vision {
         config: v,
