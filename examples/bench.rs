@@ -263,7 +263,7 @@ mod native {
             &a.out,
             &json!({
                 "device": info, "load_ms": load_ms, "peak_rss_bytes": peak_rss(), "prompts": results,
-                "model_memory": model.memory(),
+                "model_memory": model.memory(), "layers": model.decoder.config.num_layers,
             }),
         )
     }

@@ -8,7 +8,9 @@
 //!   browser).
 //! - `demo`: builds the npm package into `pkg/` and serves `www/` + `pkg/` on http://127.0.0.1:8080.
 //! - `bench`: kiln in headless Chromium (WebGPU and CPU) and natively (wgpu and CPU) beside wllama on the
-//!   default model; prints a table and writes `target/bench/bench.json` (see [`bench`]).
+//!   default model; prints a table and writes `target/bench/bench.json` (see [`bench`]); `--vision` and
+//!   `--families` run the image and the 2026-families benchmarks instead (see [`bench_vision`],
+//!   [`bench_families`]).
 //! - `gpu-bench`: builds the GPU benchmark that travels into `target/gpu-bench/` (see [`gpu_bench`]).
 //! - `fetch`: only the data download (the default model, llama.cpp's tokenizer vectors and Gemma 3 270M,
 //!   see [`data`]).
@@ -16,6 +18,7 @@
 
 mod bench;
 mod bench_chat;
+mod bench_families;
 mod bench_vision;
 mod data;
 mod gpu_bench;
@@ -42,12 +45,18 @@ fn main() -> ExitCode {
         Some("test") => test(),
         Some("demo") => demo(&args[1..]),
         Some("bench") if args.iter().any(|a| a == "--vision") => bench_vision::bench_vision(&args[1..]),
+        Some("bench") if args.iter().any(|a| a == "--families") => bench_families::bench_families(&args[1..]),
         Some("bench") => bench::bench(&args[1..]),
         Some("gpu-bench") => gpu_bench::gpu_bench(&args[1..]),
         Some("setup") => setup::ensure(&root()).map(|_| ()),
         Some("fetch") => data::fetch(&root()).map(|cache| eprintln!("xtask: data in {}", cache.display())),
         _ => {
-            eprintln!("{USAGE}\n{}\n{}", bench::USAGE, bench_vision::USAGE);
+            eprintln!(
+                "{USAGE}\n{}\n{}\n{}",
+                bench::USAGE,
+                bench_vision::USAGE,
+                bench_families::USAGE
+            );
             return ExitCode::from(2);
         }
     };
@@ -89,7 +98,7 @@ fn show(cmd: &Command) -> String {
         .join(" ")
 }
 
-fn cargo() -> Command {
+pub fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
 }
 
@@ -107,11 +116,16 @@ const CLIPPY_WRAPPER: [(&str, &str); 2] = [
     ("CLIPPY_ARGS", "-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"),
 ];
 
+/// No incremental compilation in `cargo xtask test`: a clean build (CI's) gains nothing from it, and its
+/// caches took 1.1 GB of the 7.6 GB target directory of a fresh clone's run (measured 2026-12-07, after a CI
+/// machine ran out of disk while building).
+const NO_INCREMENTAL: (&str, &str) = ("CARGO_INCREMENTAL", "0");
+
 fn test() -> Result<(), String> {
     let root = root();
     // SAFETY: set before any other thread of this process exists (the server starts below); every cargo
     // this process runs from here on inherits them.
-    for (key, value) in CLIPPY_WRAPPER {
+    for (key, value) in CLIPPY_WRAPPER.into_iter().chain([NO_INCREMENTAL]) {
         unsafe { std::env::set_var(key, value) };
     }
     let tools = setup::ensure(&root)?;
