@@ -35,10 +35,11 @@
 // llama.cpp's own account of its caches from wllama's load log. Nothing asserts on any figure.
 //
 // `cargo xtask bench --families` writes the files and the package, then runs this.
-import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, statSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync, readFileSync, readSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { launch } from '../tests/e2e/browser.mjs';
+import { cpuSince, cpuSnapshot, quiet as quietFor } from './load.mjs';
 import { serve } from './serve.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -299,60 +300,10 @@ if (args.includes('--table')) {
 }
 
 // --------------------------------------------------------------------------------------------------------------
-// The machine's other load (as bench/vision.mjs)
+// The machine's other load (bench/load.mjs)
 
-const HZ = 100;
-function cpuSnapshot() {
-  const busy = (() => {
-    try {
-      const x = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number);
-      return x[0] + x[1] + x[2] + x[5] + x[6] + x[7];
-    } catch {
-      return null;
-    }
-  })();
-  const procs = new Map();
-  try {
-    for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
-      try {
-        const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-        const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-        procs.set(Number(pid), { ppid: Number(rest[1]), ticks: Number(rest[11]) + Number(rest[12]) });
-      } catch { /* gone */ }
-    }
-  } catch { /* no /proc */ }
-  const ours = new Map();
-  const isOurs = (pid) => {
-    for (let p = pid, k = 0; p > 1 && k < 64; p = procs.get(p)?.ppid ?? 0, k++) if (p === process.pid) return true;
-    return false;
-  };
-  for (const [pid, p] of procs) if (isOurs(pid)) ours.set(pid, p.ticks);
-  return { busy, ours, at: Date.now() };
-}
-function cpuSince(a) {
-  const b = cpuSnapshot();
-  let ours = 0;
-  for (const [pid, t] of b.ours) ours += t - (a.ours.get(pid) ?? 0);
-  const wall = (b.at - a.at) / 1000;
-  const all = b.busy !== null && a.busy !== null ? b.busy - a.busy : null;
-  return { wall_s: wall, cpu_s_this_bench: ours / HZ, cpu_s_others: all === null ? null : Math.max(0, (all - ours) / HZ) };
-}
-const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
-async function quiet(name) {
-  if (quietWait <= 0) return null;
-  const t0 = Date.now();
-  for (;;) {
-    const a = cpuSnapshot();
-    await sleep(5000);
-    const c = cpuSince(a);
-    const cores = c.cpu_s_others / c.wall_s;
-    const waited = (Date.now() - t0) / 1000;
-    if (cores < quietCores || waited >= quietWait) {
-      if (waited > 6) console.error(`families bench: ${name}: waited ${waited.toFixed(0)} s for a quieter machine (others now ${cores.toFixed(2)} cores)`);
-      return { waited_s: waited, others_cores_before: cores, quiet: cores < quietCores };
-    }
-  }
-}
+/** Waits for a quieter machine before a timed run (bench/load.mjs). */
+const quiet = (name) => quietFor(`families bench: ${name}`, { wait: quietWait, cores: quietCores });
 
 // --------------------------------------------------------------------------------------------------------------
 // The runs

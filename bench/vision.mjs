@@ -24,11 +24,12 @@
 //
 // `cargo xtask bench --vision` writes the files and the package, then runs this. Prints tables and writes
 // every run to OUT (default target/bench/vision.json). Nothing asserts on the figures.
-import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, statSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync, readFileSync, readSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { deflateSync } from 'node:zlib';
 import { launch } from '../tests/e2e/browser.mjs';
+import { cpuSince, cpuSnapshot, quiet as quietFor } from './load.mjs';
 import { serve } from './serve.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -315,67 +316,8 @@ const mounts = [
 const { base, server } = await serve(mounts);
 console.error(`vision bench: serving on ${base}; files from ${dir}; pkg ${pkgDir}; ${models.map((k) => `${k}: ${MODELS[k].warmup} warm-up + ${MODELS[k].runs} runs`).join(', ')}`);
 
-/**
- * CPU time on this machine (/proc): all of it (/proc/stat's busy ticks) and this process tree's (node + the
- * browser's processes). What others took meanwhile (a compiler, say) is the difference: the runs share the
- * machine's cores with it, so it is reported beside each configuration.
- */
-const HZ = 100;
-function cpuSnapshot() {
-  const busy = (() => {
-    try {
-      const f = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number);
-      return f[0] + f[1] + f[2] + f[5] + f[6] + f[7]; // user nice system irq softirq steal
-    } catch {
-      return null;
-    }
-  })();
-  const procs = new Map();
-  try {
-    for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
-      try {
-        const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-        const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-        procs.set(Number(pid), { ppid: Number(rest[1]), ticks: Number(rest[11]) + Number(rest[12]) });
-      } catch { /* gone */ }
-    }
-  } catch { /* no /proc */ }
-  const ours = new Map();
-  const isOurs = (pid) => {
-    for (let p = pid, n = 0; p > 1 && n < 64; p = procs.get(p)?.ppid ?? 0, n++) if (p === process.pid) return true;
-    return false;
-  };
-  for (const [pid, p] of procs) if (isOurs(pid)) ours.set(pid, p.ticks);
-  return { busy, ours, at: Date.now(), load: readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).map(Number) };
-}
-function cpuSince(a) {
-  const b = cpuSnapshot();
-  let ours = 0;
-  for (const [pid, t] of b.ours) ours += t - (a.ours.get(pid) ?? 0);
-  const wall = (b.at - a.at) / 1000;
-  const all = b.busy !== null && a.busy !== null ? b.busy - a.busy : null;
-  return {
-    wall_s: wall, cpu_s_this_bench: ours / HZ, cpu_s_others: all === null ? null : Math.max(0, (all - ours) / HZ),
-    loadavg_before: a.load, loadavg_after: b.load,
-  };
-}
-
-const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
-/** Waits (up to `quietWait` s) until others use less than `quietCores` cores over 5 s; says how long it took. */
-async function quiet(name) {
-  const t0 = Date.now();
-  for (;;) {
-    const a = cpuSnapshot();
-    await sleep(5000);
-    const c = cpuSince(a);
-    const cores = c.cpu_s_others / c.wall_s;
-    const waited = (Date.now() - t0) / 1000;
-    if (cores < quietCores || waited >= quietWait) {
-      if (waited > 6) console.error(`vision bench: ${name}: waited ${waited.toFixed(0)} s for a quiet machine (others now ${cores.toFixed(2)} cores)`);
-      return { waited_s: waited, others_cores_before: cores, quiet: cores < quietCores };
-    }
-  }
-}
+/** Waits for a quieter machine before a timed run (bench/load.mjs). */
+const quiet = (name) => quietFor(`vision bench: ${name}`, { wait: quietWait, cores: quietCores });
 
 const browser = await launch();
 async function inFreshPage(name, fn, fnArgs) {

@@ -354,12 +354,7 @@ fn multi_token_prediction_parts_are_skipped() {
         .expect("a file with a multi-token-prediction block loads")
         .decoder;
     assert_eq!(decoder.config.num_layers, blocks as usize);
-    let mut cache = decoder.new_cache(1, g.prompt_ids.len());
-    let logits = read(
-        decoder
-            .forward(std::slice::from_ref(&g.prompt_ids), &mut cache, true)
-            .unwrap(),
-    );
+    let logits = prompt_logits(&decoder, &g);
     assert!(max_abs_diff(&logits, &g.logits.concat()) <= 2e-3);
     // A checkpoint's `mtp.*` tensors.
     let mut st = safetensors_of(qwen.weights);
@@ -454,12 +449,7 @@ fn multimodal_checkpoints_load_as_their_language_models() {
         let mut ckpt = Checkpoint::single(&weights).unwrap().skipping(towers);
         let decoder =
             Decoder::load(config, &mut ckpt, &Device::flex()).unwrap_or_else(|e| panic!("{top}: {e}"));
-        let mut cache = decoder.new_cache(1, g.prompt_ids.len());
-        let logits = read(
-            decoder
-                .forward(std::slice::from_ref(&g.prompt_ids), &mut cache, true)
-                .unwrap(),
-        );
+        let logits = prompt_logits(&decoder, &g);
         let diff = max_abs_diff(&logits, &g.logits.concat());
         assert!(diff <= LOGITS_TOLERANCE, "{top}: {diff}");
     }
@@ -496,13 +486,18 @@ fn multimodal_checkpoints_load_as_their_language_models() {
     let decoder = kiln::engine::LoadedModel::from_gguf("tiny", &with_kv, &Device::flex())
         .expect("a sharing layer's own keys and values are read past")
         .decoder;
+    let logits = prompt_logits(&decoder, &g);
+    assert!(max_abs_diff(&logits, &g.logits.concat()) <= 2e-3);
+}
+
+/// The logits of `g`'s prompt, run at once on `decoder`: `[s · V]`.
+fn prompt_logits(decoder: &Decoder, g: &Golden) -> Vec<f32> {
     let mut cache = decoder.new_cache(1, g.prompt_ids.len());
-    let logits = read(
+    read(
         decoder
             .forward(std::slice::from_ref(&g.prompt_ids), &mut cache, true)
             .unwrap(),
-    );
-    assert!(max_abs_diff(&logits, &g.logits.concat()) <= 2e-3);
+    )
 }
 
 /// The tensors of a safetensors file: name, bytes, dtype, shape.

@@ -51,14 +51,6 @@ const MODELS: [(&str, &str); 5] = [
 /// What `bench/families.mjs` runs without `--models`.
 const DEFAULT_MODELS: &str = "qwen35,lfm2,qwen3,gemma4-98k,gemma4";
 
-/// What gguf-py imports beyond the standard library, as Debian packages.
-const PYTHON_PACKAGES: [&str; 4] = [
-    "python3-numpy",
-    "python3-yaml",
-    "python3-tqdm",
-    "python3-requests",
-];
-
 pub fn bench_families(args: &[String]) -> Result<(), String> {
     let (ours, theirs) = match args.iter().position(|a| a == "--") {
         Some(i) => (&args[..i], &args[i + 1..]),
@@ -122,28 +114,13 @@ pub fn bench_families(args: &[String]) -> Result<(), String> {
 
 /// Writes the files of `models` into `dir` with gguf-py from the data cache's llama.cpp sources.
 fn write_files(root: &Path, cache: &Path, dir: &Path, models: &[&str]) -> Result<(), String> {
-    setup::apt_install(&PYTHON_PACKAGES)?;
-    let gguf_py = cache.join("llama.cpp").join("gguf-py");
-    if !gguf_py.join("gguf").join("__init__.py").is_file() {
-        return Err(format!(
-            "{}: gguf-py missing from the data cache",
-            gguf_py.display()
-        ));
-    }
+    let mut python = crate::bench_vision::gguf_python(root, cache)?;
     eprintln!(
         "\n==> bench --families: writing the random-weight files of {} into {}",
         models.join(", "),
         dir.display()
     );
-    // Debian's interpreter, where apt installed the packages (a `python3` earlier on the PATH, pyenv's say,
-    // does not see them).
-    let python = match Path::new("/usr/bin/python3").is_file() {
-        true => "/usr/bin/python3",
-        false => "python3",
-    };
-    run(Command::new(python)
-        .current_dir(root)
-        .env("PYTHONPATH", &gguf_py)
+    run(python
         .arg("tests/fixtures/make_family_bench_files.py")
         .arg(dir)
         .arg("--vocab-dir")

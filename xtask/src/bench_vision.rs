@@ -76,8 +76,10 @@ pub fn bench_vision(args: &[String]) -> Result<(), String> {
         .args(theirs))
 }
 
-/// Writes the bench files into `dir` with gguf-py from the data cache's llama.cpp sources.
-fn write_files(root: &Path, cache: &Path, dir: &Path) -> Result<(), String> {
+/// A Python that imports gguf-py from the data cache's llama.cpp sources (`tests/fixtures/make_*_bench_files.py`
+/// write with it): Debian's interpreter with the packages gguf-py needs installed where missing, run from
+/// `root`.
+pub fn gguf_python(root: &Path, cache: &Path) -> Result<Command, String> {
     setup::apt_install(&PYTHON_PACKAGES)?;
     let gguf_py = cache.join("llama.cpp").join("gguf-py");
     if !gguf_py.join("gguf").join("__init__.py").is_file() {
@@ -86,19 +88,23 @@ fn write_files(root: &Path, cache: &Path, dir: &Path) -> Result<(), String> {
             gguf_py.display()
         ));
     }
-    eprintln!(
-        "\n==> bench --vision: writing the random-weight files into {}",
-        dir.display()
-    );
     // Debian's interpreter, where apt installed the packages (a `python3` earlier on the PATH, pyenv's say,
     // does not see them).
     let python = match Path::new("/usr/bin/python3").is_file() {
         true => "/usr/bin/python3",
         false => "python3",
     };
-    run(Command::new(python)
-        .current_dir(root)
-        .env("PYTHONPATH", &gguf_py)
-        .arg("tests/fixtures/make_vision_bench_files.py")
-        .arg(dir))
+    let mut cmd = Command::new(python);
+    cmd.current_dir(root).env("PYTHONPATH", &gguf_py);
+    Ok(cmd)
+}
+
+/// Writes the bench files into `dir` with gguf-py from the data cache's llama.cpp sources.
+fn write_files(root: &Path, cache: &Path, dir: &Path) -> Result<(), String> {
+    let mut python = gguf_python(root, cache)?;
+    eprintln!(
+        "\n==> bench --vision: writing the random-weight files into {}",
+        dir.display()
+    );
+    run(python.arg("tests/fixtures/make_vision_bench_files.py").arg(dir))
 }
