@@ -16,9 +16,8 @@
 
 use std::collections::BTreeMap;
 
-use burn::tensor::{Device, Tensor, TensorData};
-
 use burn::backend::DispatchDevice;
+use burn::tensor::{Device, Tensor, TensorData};
 
 use super::layers::linear::Matrix;
 use crate::kernels::QuantWeight;
@@ -30,17 +29,21 @@ pub const HOST_TABLES: [&str; 1] = [super::per_layer::NAMES[0].0];
 /// Whether the tensor a GGUF file names `gguf_name` stays in host memory beside `device` (a
 /// [`HOST_TABLES`] table on a device other than the CPU): it takes none of the device's memory.
 pub fn kept_on_host(gguf_name: &str, device: &Device) -> bool {
-    !matches!(device.as_dispatch(), DispatchDevice::Flex(_))
-        && super::per_layer::NAMES
-            .iter()
-            .any(|(hf, gguf)| *gguf == gguf_name && HOST_TABLES.contains(hf))
+    super::per_layer::NAMES
+        .iter()
+        .any(|(hf, gguf)| *gguf == gguf_name && host_table(hf, device))
+}
+
+/// Whether the matrix Hugging Face names `name` stays in host memory beside `device`: a [`HOST_TABLES`]
+/// table on a device other than the CPU.
+fn host_table(name: &str, device: &Device) -> bool {
+    !matches!(device.as_dispatch(), DispatchDevice::Flex(_)) && HOST_TABLES.contains(&name)
 }
 
 /// Places matrix `name`: a [`HOST_TABLES`] table in host memory ([`QuantWeight::host`]) beside a device
 /// other than the CPU, every other matrix as [`Matrix::load`] does.
 fn place_matrix(name: &str, raw: &RawTensor<'_>, device: &Device) -> Result<Matrix, LoadError> {
-    let cpu = matches!(device.as_dispatch(), DispatchDevice::Flex(_));
-    if !cpu && HOST_TABLES.contains(&name) {
+    if host_table(name, device) {
         let [n, k] = [raw.shape[0], raw.shape[1]];
         if let Some(q) = QuantWeight::host(raw.ty, &raw.bytes, n, k) {
             return Ok(Matrix::Quant(q));
