@@ -159,6 +159,10 @@ const FUSED_TOLERANCE: f32 = 2e-5;
 /// SmolLM2 step against the dequantised weights. The argmax may then differ only where the f32 logits'
 /// best two are within twice this of each other (random tiny models have such near ties).
 const F16_TOLERANCE: f32 = 1e-2;
+/// [`F16_TOLERANCE`] for the recurrent fixtures: measured on lavapipe (24 steps) at most 1.6e-2 of the
+/// largest logit for Qwen3.5's (1.3e-2 from safetensors, 1.6e-2 from its GGUF), 3.8e-3 for LFM2's; in
+/// f32 both stay within 8.3e-6.
+const F16_TOLERANCE_RECURRENT: f32 = 3e-2;
 
 #[test]
 fn smollm2_q4_1_quantized_equals_dequantised() {
@@ -177,12 +181,23 @@ fn smollm2_q4_k_m_quantized_equals_dequantised() {
 /// (the second starting from another token). Asserts the same argmax at every step and logits within
 /// `tolerance` of the largest; returns the largest relative difference seen.
 fn fused_equals_generic(fused: &Decoder, prompt: &[u32], steps: usize, tolerance: f32, name: &str) -> f32 {
+    fused_equals_generic_f16(fused, prompt, steps, (tolerance, F16_TOLERANCE), name)
+}
+
+/// [`fused_equals_generic`] with the tolerance of the f16 kernels given: `(f32, f16)`.
+fn fused_equals_generic_f16(
+    fused: &Decoder,
+    prompt: &[u32],
+    steps: usize,
+    (tolerance, f16_tolerance): (f32, f32),
+    name: &str,
+) -> f32 {
     let mut worst = 0f32;
     for f in feature_sets(fused.device()) {
         // The device's own paths over at most 24 steps (past the fixtures' windows of 5 and 6 after a
         // 12-token prompt): the plain kernels' run covers the rest.
         let (tol, steps) = match f.f16 {
-            true => (F16_TOLERANCE, steps.min(24)),
+            true => (f16_tolerance, steps.min(24)),
             false => (tolerance, steps),
         };
         let name = format!("{name} {f:?}");
@@ -270,5 +285,39 @@ fn family_fixtures_fused_decode_step_equals_the_generic_path() {
     ] {
         let prompt: Vec<u32> = (1..13).map(|i| i * 37 % 500).collect();
         fused_equals_generic(&load(bytes, &gpu, false), &prompt, 64, FUSED_TOLERANCE, name);
+    }
+}
+
+/// The recurrent families' fixtures through the fused step: LFM2 (conv blocks: `conv_step` advancing the
+/// state; attention with q/k norms) and Qwen3.5 (Gated DeltaNets: `conv_step`, `delta_step` with the
+/// decay and `beta` computed in it, `gated_rms_norm`; gated attention with a quarter-head rope through
+/// `prepare_qk` and `gate_heads`), as safetensors and as llama.cpp writes them (Qwen3.5's file with its
+/// value heads tiled), two sequences of 64 greedy steps. Gemma 4 (shared keys and values) keeps the
+/// generic path.
+#[test]
+fn recurrent_fixtures_fused_decode_step_equals_the_generic_path() {
+    let gpu = gpu();
+    for f in golden::fixtures_2026() {
+        let (decoder, golden) = golden::load(&f, &gpu);
+        if f.name == "gemma4" {
+            assert!(!decoder.is_fused(), "gemma4 keeps the generic path");
+            continue;
+        }
+        let tolerances = (FUSED_TOLERANCE, F16_TOLERANCE_RECURRENT);
+        fused_equals_generic_f16(&decoder, &golden.prompt_ids, 64, tolerances, f.name);
+    }
+    for (name, bytes) in [
+        (
+            "tiny-lfm2.gguf",
+            &include_bytes!("fixtures/gguf/tiny-lfm2.gguf")[..],
+        ),
+        (
+            "tiny-qwen35.gguf",
+            &include_bytes!("fixtures/gguf/tiny-qwen35.gguf")[..],
+        ),
+    ] {
+        let prompt: Vec<u32> = (1..13).map(|i| i * 37 % 500).collect();
+        let tolerances = (FUSED_TOLERANCE, F16_TOLERANCE_RECURRENT);
+        fused_equals_generic_f16(&load(bytes, &gpu, false), &prompt, 64, tolerances, name);
     }
 }

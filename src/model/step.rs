@@ -1,5 +1,5 @@
 //! One decode step (one new position per sequence) on wgpu through the fused kernels of
-//! `kernels::gpu::decode`, for the pre-norm Llama layer and Gemma's sandwich layer alike. Per layer:
+//! `kernels::gpu::decode`, for every pre-norm layer whose mixer they implement. Per layer:
 //!
 //! | launches | Llama (`llama::Layer`)            | Gemma 2/3 (`gemma::Layer`)                      |
 //! |----------|-----------------------------------|-------------------------------------------------|
@@ -15,32 +15,55 @@
 //! "Attention" is one [`fused::attention_append`]: rope, the cache append and attention over the cache; for
 //! Gemma with the layer's window (local layers) and Gemma 2's logit softcap. On a GPU a span of 512 cached
 //! positions or more is split over the sequence, and a second launch merges the splits (nine per layer).
+//! Where a layer's rope turns only part of each head, or its q projection carries an output gate
+//! (Qwen3.5's attention layers), [`fused::prepare_qk`] normalises and turns q and k first and
+//! [`fused::gate_heads`] gates the output: two launches more.
+//!
+//! The other mixers replace the first three rows (the MLP's five launches are the same):
+//!
+//! | launches | LFM2's conv block (`lfm2::Layer`)      | Qwen3.5's Gated DeltaNet (`qwen35::Layer`)        |
+//! |----------|----------------------------------------|---------------------------------------------------|
+//! | 1        | `in_proj` (`B`, `C`, `x`)               | qkv, z, b, a projections (one launch)              |
+//! | 1        | `C · conv(B · x)`, the state advanced   | `silu(conv(qkv))`, the state advanced              |
+//! | 1        | —                                      | the delta rule, decay and `beta` in it             |
+//! | 1        | —                                      | `rmsnorm(o)·w · silu(z)` per head                  |
+//! | 1        | `out_proj`                             | `out_proj`                                         |
 //!
 //! The projections that read the same input share a launch (`kernels::gpu::matmul_many`: each matrix
 //! its own buffer, format and output, the outputs bit for bit those of one launch each); a weight held
 //! in several buffers (one over the device's binding limit) takes a launch of its own.
 //!
-//! Eight in all (more where a projection has a bias), where the generic path launches some sixty (more
-//! for Gemma's four norms and GELU). Per step besides: the embedding rows (and Gemma's `√h` scale), the
+//! Eight in all for attention (more where a projection has a bias), where the generic path launches
+//! some sixty (more for Gemma's four norms and GELU, 85 for a Qwen3.5 layer). Per step besides: the
+//! embedding rows (and Gemma's `√h` scale), the
 //! first RMSNorm, the `lm_head` and any final softcap. (A GEMV computing gate, up and their product in
 //! one launch measured no faster per step on lavapipe and cost ~270 ms more pipeline compilation on the
 //! first step.)
 //!
-//! What the kernels implement ([`Decoder::fusable`]): layers with their own keys and values (no shared
-//! cache), separate q/k/v and gate/up projections, whole-head
-//! rope from one table per layer (or none), any score scale, window and softcap, SiLU or GELU-tanh. Fused
-//! projections (Phi-3), partial rotary and LongRoPE take the generic path.
+//! What the kernels implement ([`Decoder::fusable`]): attention layers with their own keys and values
+//! (no shared cache) and separate q/k/v projections, LFM2's conv blocks and Qwen3.5's DeltaNets, each
+//! with separate gate/up projections; rope from one table per layer (or none), any score scale, window
+//! and softcap, SiLU or GELU-tanh. Fused projections (Phi-3), LongRoPE and Gemma 4's layers take the
+//! generic path.
+//!
+//! Recurrent states are replaced, as the generic path replaces them: the kernels write the next state
+//! beside their output, and a snapshot of the old one stays valid.
 //!
 //! Activations are `[b, features]` throughout.
 
 use burn::tensor::Tensor;
 
+use super::arch::{DeltaStep, StepMixer};
 use super::config::{Act, CacheKind};
 use super::decoder::Decoder;
+use super::layers::attention::Attention;
+use super::layers::conv::ShortConv;
 use super::layers::kv_cache::KvCache;
 use super::layers::linear::{Linear, Matrix};
+use super::layers::state::State;
 use crate::kernels::caps::Caps;
-use crate::kernels::gpu::decode::{self as fused, Attend, CacheSlot, Gate};
+use crate::kernels::gpu::decode::{self as fused, Attend, CacheSlot, ConvIn, Gate, QkPrep};
+use crate::kernels::gpu::delta::{Heads, delta_step};
 
 /// `x: [r, in]` through `l` → `[r, out]`; a weight in kiln's GPU blocks by `caps`.
 fn apply(l: &Linear, x: Tensor<2>, caps: Caps) -> Tensor<2> {
@@ -79,15 +102,11 @@ impl Decoder {
     /// Whether every layer has the shape the fused kernels implement.
     pub(super) fn fusable(&self) -> bool {
         let c = &self.config;
-        let whole_head = |r: usize| {
-            self.ropes
-                .get(r)
-                .is_some_and(|t| t.plain_tables() && t.rope.rotary_dim == c.head_dim)
-        };
+        let plain = |r: usize| self.ropes.get(r).is_some_and(|t| t.plain_tables());
         c.head_dim.is_multiple_of(2)
             && c.layers
                 .iter()
-                .all(|l| l.rope.is_none_or(whole_head) && l.cache == CacheKind::Kv)
+                .all(|l| l.rope.is_none_or(plain) && !matches!(l.cache, CacheKind::SharedKv { .. }))
             && self.blocks.iter().all(|b| b.step_parts().is_some())
     }
 
@@ -98,7 +117,6 @@ impl Decoder {
         let b = tokens.len();
         let h = c.hidden_size;
         let eps = c.rms_norm_eps as f32;
-        let pos = cache.len;
         let caps = self.caps();
         let f = caps.features;
         let layers: Vec<_> = self.blocks.iter().filter_map(|b| b.step_parts()).collect();
@@ -110,22 +128,14 @@ impl Decoder {
             f,
         );
         for (i, layer) in layers.iter().enumerate() {
-            let [wq, wk, wv, gate, up] = layer.proj;
-            let [q, k, v] = apply_many([wq, wk, wv], hn, caps);
-            let kind = c.layers[i];
-            let how = Attend {
-                rope: kind.rope.map(|r| &self.ropes[r].cos_sin),
-                qk_norm: layer.attn.qk_norm.as_ref().map(|w| (w, eps)),
-                scale: c.attn_scale as f32,
-                window: kind.window,
-                softcap: c.attn_softcap.map(|cap| cap as f32),
+            let mixed = match &layer.mixer {
+                StepMixer::Attention { attn, qkv } => self.step_attention(i, attn, *qkv, hn, cache),
+                StepMixer::Conv(conv) => step_conv(conv, hn, i, cache, caps),
+                StepMixer::Delta(net) => step_delta(net, hn, i, cache, (caps, eps, c.delta_tiled)),
             };
-            let (keys, values) = cache.slots(i, 1);
-            let attn = fused::attention_append(q, k, v, how, pos, CacheSlot { keys, values }, caps);
             let (post_attn, post_ffw) = layer.post.unzip();
-            let o = apply(&layer.attn.o, attn, caps);
-            let (x1, hn1) = fused::add_rms_norm(x, o, post_attn, layer.pre_mlp, eps, f);
-            let [g, u] = apply_many([gate, up], hn1, caps);
+            let (x1, hn1) = fused::add_rms_norm(x, mixed, post_attn, layer.pre_mlp, eps, f);
+            let [g, u] = apply_many(layer.gate_up, hn1, caps);
             let gate = match c.act {
                 Act::Silu => Gate::Silu,
                 Act::GeluTanh => Gate::GeluTanh,
@@ -138,4 +148,89 @@ impl Decoder {
         let logits = self.cap_logits(self.lm_head.matmul_by(hn, caps));
         logits.reshape([b, 1, c.vocab_size])
     }
+
+    /// Attention layer `i` on its normalised input `hn: [b, h]` → the output projection's `[b, h]`,
+    /// the new key and value written into `cache` at its length.
+    fn step_attention(
+        &self,
+        i: usize,
+        attn: &Attention,
+        qkv: [&Linear; 3],
+        hn: Tensor<2>,
+        cache: &mut KvCache,
+    ) -> Tensor<2> {
+        let c = &self.config;
+        let (caps, eps, d, pos) = (self.caps(), c.rms_norm_eps as f32, c.head_dim, cache.len);
+        let [q, k, v] = apply_many(qkv, hn, caps);
+        let kind = c.layers[i];
+        let table = kind.rope.map(|r| &self.ropes[r]);
+        let mut how = Attend {
+            rope: table.map(|t| &t.cos_sin),
+            qk_norm: attn.qk_norm.as_ref().map(|w| (w, eps)),
+            scale: c.attn_scale as f32,
+            window: kind.window,
+            softcap: c.attn_softcap.map(|cap| cap as f32),
+        };
+        let partial = table.is_some_and(|t| t.rope.rotary_dim != d);
+        let gated = c.attn_output_gate;
+        let (keys, values) = cache.slots(i, 1);
+        let slot = CacheSlot { keys, values };
+        let out = match partial || gated {
+            false => fused::attention_append(q, k, v, how, pos, slot, caps),
+            true => {
+                let prep = QkPrep {
+                    norms: how.qk_norm,
+                    rope: how.rope.map(|t| (t, pos)),
+                    gated,
+                };
+                let (qp, kp) = fused::prepare_qk(q.clone(), k, d, prep, caps.features);
+                (how.rope, how.qk_norm) = (None, None);
+                let out = fused::attention_append(qp, kp, v, how, pos, slot, caps);
+                match gated {
+                    true => fused::gate_heads(out, q, d),
+                    false => out,
+                }
+            }
+        };
+        apply(&attn.o, out, caps)
+    }
+}
+
+/// LFM2's conv block `i` on its normalised input `hn: [b, h]` → `out_proj`'s `[b, h]`, the layer's
+/// state in `cache` advanced.
+fn step_conv(conv: &ShortConv, hn: Tensor<2>, i: usize, cache: &mut KvCache, caps: Caps) -> Tensor<2> {
+    let bcx = apply(&conv.in_proj, hn, caps);
+    let State::Conv(state) = cache.take_state(i) else {
+        unreachable!("a conv block's layer keeps a conv state")
+    };
+    // The filters are held `[w, C]` (a transposed view of the checkpoint's `[C, w]`): back to `[C, w]`.
+    let filters = (&conv.weight.clone().transpose(), conv.bias.as_ref());
+    let act = crate::kernels::gpu::caps::act_dtype(caps.features);
+    let (y, next) = fused::conv_step(bcx, state, filters, ConvIn::Gated, act);
+    cache.put_state(i, State::Conv(next));
+    apply(&conv.out_proj, y, caps)
+}
+
+/// Qwen3.5's Gated DeltaNet `i` on its normalised input `hn: [b, h]` → `out_proj`'s `[b, h]`, the
+/// layer's convolution and delta-rule states in `cache` advanced. `how`: the caps, the norm's epsilon,
+/// and whether value heads tile the key heads.
+fn step_delta(
+    net: &DeltaStep<'_>,
+    hn: Tensor<2>,
+    i: usize,
+    cache: &mut KvCache,
+    (caps, eps, tiled): (Caps, f32, bool),
+) -> Tensor<2> {
+    let [hk, hv, dk, dv] = net.heads;
+    let [qkv, z, b_raw, a] = apply_many(net.proj, hn, caps);
+    let State::Delta { conv, s } = cache.take_state(i) else {
+        unreachable!("a DeltaNet layer keeps a delta-rule state")
+    };
+    let filters = (&net.conv.clone().transpose(), None);
+    let (mixed, conv) = fused::conv_step(qkv, conv, filters, ConvIn::Silu, burn::tensor::DType::F32);
+    let heads = Heads { hk, hv, dk, dv };
+    let (o, s) = delta_step(mixed, (a, b_raw), net.gates, s, heads, tiled);
+    cache.put_state(i, State::Delta { conv, s });
+    let y = fused::gated_rms_norm(o, z, net.norm, eps, caps.features);
+    apply(net.out, y, caps)
 }

@@ -14,6 +14,9 @@
 //!   value written into the cache `[b, K, A, d]` at `pos`, and grouped-query attention over the cache (or
 //!   a sliding window of it), with a score scale and an optional logit softcap, in one launch.
 //! - [`gated`]: `silu(g) · u` or `gelu_tanh(g) · u` ([`Gate`]), elementwise, `[r, f]` each.
+//! - `mixers.rs`: what the layers that are not plain attention add: LFM2's and Qwen3.5's convolution step
+//!   ([`conv_step`]), the DeltaNet's gated output norm ([`gated_rms_norm`]), and Qwen3.5's gated
+//!   attention with partial rope ([`prepare_qk`] before `attention_append`, [`gate_heads`] after).
 //!
 //! Each takes the device's [`Features`] (or other ones it has) as an argument. Sums in f32. Where they have f16, the activations these kernels write for a
 //! matrix product (the norms' outputs, the gated activation, attention's output) are f16 and the KV cache
@@ -22,10 +25,12 @@
 //! on), not bit for bit.
 
 mod attention;
+mod mixers;
 
 pub use attention::{
     Attend, CacheSlot, SOFTWARE_SPAN, SPLIT, attention_append, attention_append_split, split_len,
 };
+pub use mixers::{ConvIn, QkPrep, conv_step, gate_heads, gated_rms_norm, prepare_qk};
 
 use burn::backend::Cube;
 use burn::tensor::{DType, Shape, Tensor};

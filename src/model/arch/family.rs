@@ -15,6 +15,7 @@ use crate::loader::{LoadError, RawTensor};
 use crate::model::config::{ConfigError, HfConfig, ModelConfig};
 use crate::model::gguf::Meta;
 use crate::model::layers::attention::{Attention, Positions};
+use crate::model::layers::conv::ShortConv;
 use crate::model::layers::kv_cache::KvCache;
 use crate::model::layers::linear::Linear;
 use crate::model::placed::Tensors;
@@ -210,21 +211,58 @@ pub(crate) trait Layer: Debug + Send + Sync {
     }
 }
 
-/// A pre-norm attention + gated-MLP layer as the fused decode step sees it; norms `[h]`.
+/// A pre-norm layer (a mixer, then a gated MLP) as the fused decode step sees it; norms `[h]`.
 #[cfg_attr(
     not(feature = "webgpu"),
     allow(dead_code, reason = "only the fused wgpu step reads it")
 )]
 pub(crate) struct StepParts<'a> {
-    pub attn: &'a Attention,
-    /// `(q, k, v, gate, up)`: separate projections.
-    pub proj: [&'a Linear; 5],
+    pub mixer: StepMixer<'a>,
+    /// `(gate, up)`: separate projections.
+    pub gate_up: [&'a Linear; 2],
     pub down: &'a Linear,
-    /// Before attention (Llama's `input_layernorm`, Gemma's `pre_attn`) and before the MLP.
+    /// Before the mixer (Llama's `input_layernorm`, Gemma's `pre_attn`, LFM2's `operator_norm`) and
+    /// before the MLP.
     pub pre_attn: &'a Tensor<1>,
     pub pre_mlp: &'a Tensor<1>,
-    /// Norms of the attention and MLP outputs, `(post_attn, post_ffw)` (Gemma's sandwich).
+    /// Norms of the mixer's and MLP's outputs, `(post_attn, post_ffw)` (Gemma's sandwich).
     pub post: Option<(&'a Tensor<1>, &'a Tensor<1>)>,
+}
+
+/// What mixes positions in a layer the fused step runs.
+#[cfg_attr(
+    not(feature = "webgpu"),
+    allow(dead_code, reason = "only the fused wgpu step reads it")
+)]
+pub(crate) enum StepMixer<'a> {
+    /// Attention over the layer's own keys and values, with separate `(q, k, v)` projections.
+    Attention {
+        attn: &'a Attention,
+        qkv: [&'a Linear; 3],
+    },
+    /// LFM2's short-convolution block.
+    Conv(&'a ShortConv),
+    /// Qwen3.5's Gated DeltaNet.
+    Delta(DeltaStep<'a>),
+}
+
+/// A Gated DeltaNet's weights as the fused step reads them.
+#[cfg_attr(
+    not(feature = "webgpu"),
+    allow(dead_code, reason = "only the fused wgpu step reads it")
+)]
+pub(crate) struct DeltaStep<'a> {
+    /// `(qkv, z, b, a)`: the convolved q/k/v channels, the output gate, `beta`'s and the decay's inputs.
+    pub proj: [&'a Linear; 4],
+    /// The convolution's filters, `[w, C]`.
+    pub conv: &'a Tensor<2>,
+    /// `[2·Hv]`: `−exp(A_log)`, then `dt_bias`.
+    pub gates: &'a Tensor<1>,
+    /// The output norm, `[dv]`.
+    pub norm: &'a Tensor<1>,
+    pub out: &'a Linear,
+    /// `(Hk, Hv, dk, dv)`.
+    pub heads: [usize; 4],
 }
 
 /// The attention and MLP projections' shapes of a layer of `c`, by name after `model.layers.{i}.` (fused

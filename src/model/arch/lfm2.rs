@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use burn::tensor::Tensor;
 
-use super::{Arch, Family, StepParts};
+use super::{Arch, Family, StepMixer, StepParts};
 use crate::loader::{LoadError, RawTensor};
 use crate::model::config::{CacheKind, ConfigError, HfConfig, LayerKind, ModelConfig, invalid, positive};
 use crate::model::gguf::Meta;
@@ -348,6 +348,10 @@ impl super::Layer for Layer {
     }
 
     fn step_parts(&self) -> Option<StepParts<'_>> {
-        None
+        let norms = (&self.op_norm, &self.ffn_norm);
+        match &self.mixer {
+            Mixer::Attention(attn) => StepParts::of(attn, &self.mlp, norms, None),
+            Mixer::Conv(conv) => StepParts::around(StepMixer::Conv(conv), &self.mlp, norms, None),
+        }
     }
 }

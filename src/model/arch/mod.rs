@@ -31,7 +31,7 @@ pub mod phi3;
 pub mod qwen35;
 pub mod smollm3;
 
-pub(crate) use family::{Family, Layer, StepParts};
+pub(crate) use family::{DeltaStep, Family, Layer, StepMixer, StepParts};
 
 use burn::tensor::Tensor;
 
@@ -323,7 +323,7 @@ pub(crate) fn linears_of<'a>(attn: &'a Attention, mlp: &'a Mlp) -> Vec<&'a Linea
 
 impl<'a> StepParts<'a> {
     /// An attention + MLP layer with these norms as the fused step runs it: `None` unless q, k, v and
-    /// gate, up are separate projections.
+    /// gate, up are separate projections (and the layer has keys of its own).
     #[cfg_attr(
         not(feature = "webgpu"),
         allow(dead_code, reason = "only the fused wgpu step reads it")
@@ -334,13 +334,34 @@ impl<'a> StepParts<'a> {
         (pre_attn, pre_mlp): (&'a Tensor<1>, &'a Tensor<1>),
         post: Option<(&'a Tensor<1>, &'a Tensor<1>)>,
     ) -> Option<Self> {
-        let proj = match (&attn.qkv, &mlp.gate_up) {
-            (Qkv::Split { q, k, v }, GateUp::Split { gate, up }) => [q, k, v, gate, up],
-            _ => return None,
+        let Qkv::Split { q, k, v } = &attn.qkv else {
+            return None;
+        };
+        Self::around(
+            StepMixer::Attention { attn, qkv: [q, k, v] },
+            mlp,
+            (pre_attn, pre_mlp),
+            post,
+        )
+    }
+
+    /// Any mixer and an MLP with these norms: `None` unless gate and up are separate projections.
+    #[cfg_attr(
+        not(feature = "webgpu"),
+        allow(dead_code, reason = "only the fused wgpu step reads it")
+    )]
+    pub(crate) fn around(
+        mixer: StepMixer<'a>,
+        mlp: &'a Mlp,
+        (pre_attn, pre_mlp): (&'a Tensor<1>, &'a Tensor<1>),
+        post: Option<(&'a Tensor<1>, &'a Tensor<1>)>,
+    ) -> Option<Self> {
+        let GateUp::Split { gate, up } = &mlp.gate_up else {
+            return None;
         };
         Some(Self {
-            attn,
-            proj,
+            mixer,
+            gate_up: [gate, up],
             down: &mlp.down,
             pre_attn,
             pre_mlp,

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use burn::tensor::Tensor;
 use burn::tensor::activation::{sigmoid, silu};
 
-use super::{Arch, Family, StepParts};
+use super::{Arch, DeltaStep, Family, StepMixer, StepParts};
 use crate::kernels::delta::gated_delta;
 use crate::loader::{LoadError, RawTensor};
 use crate::model::config::{CacheKind, ConfigError, HfConfig, LayerKind, ModelConfig, invalid, positive};
@@ -428,6 +428,8 @@ struct DeltaNet {
     neg_a: Tensor<1>,
     /// `[Hv]`.
     dt_bias: Tensor<1>,
+    /// `[2·Hv]`: `neg_a`, then `dt_bias` (one binding for the fused step's kernel).
+    gates: Tensor<1>,
     /// `[dv]`.
     norm: Tensor<1>,
     out: Linear,
@@ -490,19 +492,30 @@ impl Layer {
                 let take = |ckpt: &mut dyn Tensors, part: &str, shape| {
                     Linear::take(ckpt, &format!("{p}.linear_attn.{part}"), shape, false)
                 };
+                // Read in the checkpoint's order.
+                let (qkv, zp, bp, ap) = (
+                    take(ckpt, "in_proj_qkv", [z.channels(), h])?,
+                    take(ckpt, "in_proj_z", [z.hv * z.dv, h])?,
+                    take(ckpt, "in_proj_b", [z.hv, h])?,
+                    take(ckpt, "in_proj_a", [z.hv, h])?,
+                );
+                let conv = conv::filters(
+                    ckpt,
+                    &format!("{p}.linear_attn.conv1d.weight"),
+                    z.channels(),
+                    z.width,
+                )?;
+                let neg_a = ckpt.vector(&format!("{p}.linear_attn.A_log"), z.hv)?.exp().neg();
+                let dt_bias = ckpt.vector(&format!("{p}.linear_attn.dt_bias"), z.hv)?;
                 let net = DeltaNet {
-                    qkv: take(ckpt, "in_proj_qkv", [z.channels(), h])?,
-                    z: take(ckpt, "in_proj_z", [z.hv * z.dv, h])?,
-                    b: take(ckpt, "in_proj_b", [z.hv, h])?,
-                    a: take(ckpt, "in_proj_a", [z.hv, h])?,
-                    conv: conv::filters(
-                        ckpt,
-                        &format!("{p}.linear_attn.conv1d.weight"),
-                        z.channels(),
-                        z.width,
-                    )?,
-                    neg_a: ckpt.vector(&format!("{p}.linear_attn.A_log"), z.hv)?.exp().neg(),
-                    dt_bias: ckpt.vector(&format!("{p}.linear_attn.dt_bias"), z.hv)?,
+                    qkv,
+                    z: zp,
+                    b: bp,
+                    a: ap,
+                    conv,
+                    gates: Tensor::cat(vec![neg_a.clone(), dt_bias.clone()], 0),
+                    neg_a,
+                    dt_bias,
                     norm: ckpt.vector(&format!("{p}.linear_attn.norm.weight"), z.dv)?,
                     out: take(ckpt, "out_proj", [h, z.hv * z.dv])?,
                     sizes: z,
@@ -578,6 +591,21 @@ impl super::Layer for Layer {
     }
 
     fn step_parts(&self) -> Option<StepParts<'_>> {
-        None
+        let norms = (&self.attn_norm, &self.mlp_norm);
+        match &self.mixer {
+            Mixer::Attention(attn) => StepParts::of(attn, &self.mlp, norms, None),
+            Mixer::Delta(net) => {
+                let Sizes { hk, hv, dk, dv, .. } = net.sizes;
+                let step = DeltaStep {
+                    proj: [&net.qkv, &net.z, &net.b, &net.a],
+                    conv: &net.conv,
+                    gates: &net.gates,
+                    norm: &net.norm,
+                    out: &net.out,
+                    heads: [hk, hv, dk, dv],
+                };
+                StepParts::around(StepMixer::Delta(step), &self.mlp, norms, None)
+            }
+        }
     }
 }
