@@ -23,7 +23,7 @@
 //!
 //! | launches | LFM2's conv block (`lfm2::Layer`)      | Qwen3.5's Gated DeltaNet (`qwen35::Layer`)        |
 //! |----------|----------------------------------------|---------------------------------------------------|
-//! | 1        | `in_proj` (`B`, `C`, `x`)               | qkv, z, b, a projections (one launch)              |
+//! | 1 (2)    | `in_proj` (`B`, `C`, `x`)               | qkv, z projections; b, a projections               |
 //! | 1        | `C · conv(B · x)`, the state advanced   | `silu(conv(qkv))`, the state advanced              |
 //! | 1        | —                                      | the delta rule, decay and `beta` in it             |
 //! | 1        | —                                      | `rmsnorm(o)·w · silu(z)` per head                  |
@@ -222,7 +222,10 @@ fn step_delta(
     (caps, eps, tiled): (Caps, f32, bool),
 ) -> Tensor<2> {
     let [hk, hv, dk, dv] = net.heads;
-    let [qkv, z, b_raw, a] = apply_many(net.proj, hn, caps);
+    // Two launches of two: a grouped GEMV takes at most three weights (WebGPU's eight bindings).
+    let [wqkv, wz, wb, wa] = net.proj;
+    let [qkv, z] = apply_many([wqkv, wz], hn.clone(), caps);
+    let [b_raw, a] = apply_many([wb, wa], hn, caps);
     let State::Delta { conv, s } = cache.take_state(i) else {
         unreachable!("a DeltaNet layer keeps a delta-rule state")
     };
