@@ -54,7 +54,7 @@ pub struct Decoder {
     /// One per rope of the config.
     pub(super) ropes: Vec<RopeTable>,
     /// Per-layer embeddings, for a family that has them (`model::per_layer`).
-    per_layer: Option<PerLayer>,
+    pub(super) per_layer: Option<PerLayer>,
 }
 
 /// Which decode steps on wgpu select the sampler's candidates on the device.

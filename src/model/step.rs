@@ -54,14 +54,14 @@
 use burn::tensor::Tensor;
 
 use super::arch::{DeltaStep, StepMixer};
-use super::config::{Act, CacheKind};
+use super::config::Act;
 use super::decoder::Decoder;
 use super::layers::attention::Attention;
 use super::layers::conv::ShortConv;
 use super::layers::kv_cache::KvCache;
 use super::layers::linear::{Linear, Matrix};
 use super::layers::state::State;
-use crate::kernels::caps::Caps;
+use crate::kernels::caps::{Caps, Features};
 use crate::kernels::gpu::decode::{self as fused, Attend, CacheSlot, ConvIn, Gate, QkPrep};
 use crate::kernels::gpu::delta::{Heads, delta_step};
 
@@ -103,10 +103,8 @@ impl Decoder {
     pub(super) fn fusable(&self) -> bool {
         let c = &self.config;
         let plain = |r: usize| self.ropes.get(r).is_some_and(|t| t.plain_tables());
-        c.head_dim.is_multiple_of(2)
-            && c.layers
-                .iter()
-                .all(|l| l.rope.is_none_or(plain) && !matches!(l.cache, CacheKind::SharedKv { .. }))
+        (0..c.num_layers).all(|i| c.attn_dims(i).1.is_multiple_of(2))
+            && c.layers.iter().all(|l| l.rope.is_none_or(plain))
             && self.blocks.iter().all(|b| b.step_parts().is_some())
     }
 
@@ -120,48 +118,88 @@ impl Decoder {
         let caps = self.caps();
         let f = caps.features;
         let layers: Vec<_> = self.blocks.iter().filter_map(|b| b.step_parts()).collect();
-        let mut x = self.embed(tokens).reshape([b, h]);
+        let embedded = self.embed(tokens); // [b, 1, h]
+        // Gemma 4's per-layer inputs of this position, `[b, 1, L, n]`.
+        let inputs = self
+            .per_layer
+            .as_ref()
+            .map(|p| p.inputs(tokens, embedded.clone(), c.rms_norm_eps, &self.device));
+        let mut x = embedded.reshape([b, h]);
         let mut hn = fused::rms_norm(
             x.clone(),
             layers.first().map_or(&self.norm, |l| l.pre_attn),
             eps,
             f,
         );
+        let gate = match c.act {
+            Act::Silu => Gate::Silu,
+            Act::GeluTanh => Gate::GeluTanh,
+        };
         for (i, layer) in layers.iter().enumerate() {
             let mixed = match &layer.mixer {
-                StepMixer::Attention { attn, qkv } => self.step_attention(i, attn, *qkv, hn, cache),
+                StepMixer::Attention { attn, qkv, v_norm } => {
+                    let [wq, wk, wv] = *qkv;
+                    let [q, k, v] = apply_many([wq, wk, wv], hn, caps);
+                    let v = match v_norm {
+                        Some(ones) => self.norm_heads(v, ones),
+                        None => v,
+                    };
+                    self.step_attention(i, attn, q, Some((k, v)), cache)
+                }
+                StepMixer::Shared { attn, q } => {
+                    let q = apply(q, hn, caps);
+                    self.step_attention(i, attn, q, None, cache)
+                }
                 StepMixer::Conv(conv) => step_conv(conv, hn, i, cache, caps),
                 StepMixer::Delta(net) => step_delta(net, hn, i, cache, (caps, eps, c.delta_tiled)),
             };
             let (post_attn, post_ffw) = layer.post.unzip();
             let (x1, hn1) = fused::add_rms_norm(x, mixed, post_attn, layer.pre_mlp, eps, f);
             let [g, u] = apply_many(layer.gate_up, hn1, caps);
-            let gate = match c.act {
-                Act::Silu => Gate::Silu,
-                Act::GeluTanh => Gate::GeluTanh,
-            };
-            let mlp = apply(layer.down, fused::gated(g, u, gate, f), caps);
+            let mut mlp = apply(layer.down, fused::gated(g, u, gate, f), caps);
+            let (mut x1, mut post) = (x1, post_ffw);
+            if let (Some((wg, wp, norm)), Some(inputs)) = (layer.per_layer, &inputs) {
+                // x += rmsnorm(mlp)·post_ffw, then the per-layer input's block adds to that sum.
+                (x1, _) = fused::add_rms_norm(x1, mlp, post, norm, eps, f);
+                let [_, _, _, n] = inputs.dims();
+                let input = inputs.clone().narrow(2, i, 1).reshape([b, n]);
+                let gated = fused::gated(apply(wg, x1.clone(), caps), input, Gate::GeluTanh, f);
+                (mlp, post) = (apply(wp, gated, caps), Some(norm));
+            }
             let next = layers.get(i + 1).map_or(&self.norm, |l| l.pre_attn);
-            (x, hn) = fused::add_rms_norm(x1, mlp, post_ffw, next, eps, f);
+            (x, hn) = fused::add_rms_norm_scaled(x1, mlp, post, layer.scalar, next, eps, f);
         }
         cache.advance(1);
         let logits = self.cap_logits(self.lm_head.matmul_by(hn, caps));
         logits.reshape([b, 1, c.vocab_size])
     }
 
-    /// Attention layer `i` on its normalised input `hn: [b, h]` → the output projection's `[b, h]`,
-    /// the new key and value written into `cache` at its length.
+    /// Each head of `v: [b, K·d]` RMS-normalised without a weight (`ones: [d]`), in f32 for the cache.
+    fn norm_heads(&self, v: Tensor<2>, ones: &Tensor<1>) -> Tensor<2> {
+        let [b, n] = v.dims();
+        let [d] = ones.dims();
+        let f32s = Features {
+            f16: false,
+            ..self.caps().features
+        };
+        let eps = self.config.rms_norm_eps as f32;
+        fused::rms_norm(v.reshape([b * n / d, d]), ones, eps, f32s).reshape([b, n])
+    }
+
+    /// Attention layer `i` from its projections `q: [b, H·d]` and, for a layer with keys of its own, `(k,
+    /// v)`: `[b, K·d]` each (a sharing layer reads the keys and values its source wrote in this step) →
+    /// the output projection's `[b, h]`, the new key and value written into `cache` at its length.
     fn step_attention(
         &self,
         i: usize,
         attn: &Attention,
-        qkv: [&Linear; 3],
-        hn: Tensor<2>,
+        q: Tensor<2>,
+        kv: Option<(Tensor<2>, Tensor<2>)>,
         cache: &mut KvCache,
     ) -> Tensor<2> {
         let c = &self.config;
-        let (caps, eps, d, pos) = (self.caps(), c.rms_norm_eps as f32, c.head_dim, cache.len);
-        let [q, k, v] = apply_many(qkv, hn, caps);
+        let (caps, eps, pos) = (self.caps(), c.rms_norm_eps as f32, cache.len);
+        let d = c.attn_dims(i).1;
         let kind = c.layers[i];
         let table = kind.rope.map(|r| &self.ropes[r]);
         let mut how = Attend {
@@ -170,6 +208,12 @@ impl Decoder {
             scale: c.attn_scale as f32,
             window: kind.window,
             softcap: c.attn_softcap.map(|cap| cap as f32),
+        };
+        let Some((k, v)) = kv else {
+            let (keys, values) = cache.shared_slots(i);
+            let slot = CacheSlot { keys, values };
+            let out = fused::attention_shared(q, how, pos, slot, caps);
+            return apply(&attn.o, out, caps);
         };
         let partial = table.is_some_and(|t| t.rope.rotary_dim != d);
         let gated = c.attn_output_gate;

@@ -28,7 +28,8 @@ mod attention;
 mod mixers;
 
 pub use attention::{
-    Attend, CacheSlot, SOFTWARE_SPAN, SPLIT, attention_append, attention_append_split, split_len,
+    Attend, CacheSlot, SOFTWARE_SPAN, SPLIT, attention_append, attention_append_split, attention_shared,
+    split_len,
 };
 pub use mixers::{ConvIn, QkPrep, conv_step, gate_heads, gated_rms_norm, prepare_qk};
 
@@ -138,13 +139,19 @@ fn norm_add_rms_norm_kernel<X: Float>(
     delta: &[f32],
     wd: &[f32],
     w: &[f32],
+    scale: &[f32],
     sum: &mut [f32],
     out: &mut [X],
     h: usize,
     eps: f32,
     #[comptime] plane: bool,
+    #[comptime] scaled: bool,
     #[define(X)] _act: ElemType,
 ) {
+    let mut sc = 1.0f32;
+    if comptime![scaled] {
+        sc = scale[0];
+    }
     let base = CUBE_POS * h;
     let mut ss = 0.0f32;
     let mut e = UNIT_POS as usize;
@@ -159,14 +166,14 @@ fn norm_add_rms_norm_kernel<X: Float>(
     let mut ss = 0.0f32;
     let mut e = UNIT_POS as usize;
     while e < h {
-        let v = x[base + e] + delta[base + e] * inv_d * wd[e];
+        let v = (x[base + e] + delta[base + e] * inv_d * wd[e]) * sc;
         ss += v * v;
         e += ROW_WG;
     }
     let inv = inv_rms(ss, h, eps, plane);
     let mut e = UNIT_POS as usize;
     while e < h {
-        let v = x[base + e] + delta[base + e] * inv_d * wd[e];
+        let v = (x[base + e] + delta[base + e] * inv_d * wd[e]) * sc;
         sum[base + e] = v;
         out[base + e] = X::cast_from(v * inv * w[e]);
         e += ROW_WG;
@@ -274,6 +281,28 @@ pub fn add_rms_norm(
     eps: f32,
     f: Features,
 ) -> (Tensor<2>, Tensor<2>) {
+    add_rms_norm_scaled(x, delta, wd, None, w, eps, f)
+}
+
+/// [`add_rms_norm`] with the sum times `scale: [1]` before its norm (Gemma 4's `layer_scalar`: `s =
+/// (x + rms_norm(delta, wd)) · scale`), which only the sandwich (`wd`) takes.
+///
+/// # Panics
+///
+/// If the shapes disagree, or `scale` is given without `wd`.
+pub fn add_rms_norm_scaled(
+    x: Tensor<2>,
+    delta: Tensor<2>,
+    wd: Option<&Tensor<1>>,
+    scale: Option<&Tensor<1>>,
+    w: &Tensor<1>,
+    eps: f32,
+    f: Features,
+) -> (Tensor<2>, Tensor<2>) {
+    assert!(
+        scale.is_none() || wd.is_some(),
+        "add_rms_norm: a scale without the sandwich norm"
+    );
     let [r, h] = x.dims();
     assert_eq!(delta.dims(), [r, h], "add_rms_norm: x and delta differ in shape");
     let x = cube(x, "add_rms_norm");
@@ -311,11 +340,18 @@ pub fn add_rms_norm(
                     da,
                     cube(wd.clone(), "norm_add_rms_norm delta weight").into_buffer_arg(),
                     w.into_buffer_arg(),
+                    match scale {
+                        Some(t) => cube(t.clone(), "norm_add_rms_norm scale"),
+                        // A one-element placeholder the kernel never reads.
+                        None => empty_like(&x, Shape::new([1])),
+                    }
+                    .into_buffer_arg(),
                     sa,
                     oa,
                     h,
                     eps,
                     plane,
+                    scale.is_some(),
                     elem(dtype),
                 ),
             }

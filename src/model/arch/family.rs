@@ -227,6 +227,11 @@ pub(crate) struct StepParts<'a> {
     pub pre_mlp: &'a Tensor<1>,
     /// Norms of the mixer's and MLP's outputs, `(post_attn, post_ffw)` (Gemma's sandwich).
     pub post: Option<(&'a Tensor<1>, &'a Tensor<1>)>,
+    /// After the MLP, Gemma 4's per-layer input: `x += rmsnorm(proj(gelu_tanh(gate(x)) · input))·norm`,
+    /// as `(gate, proj, norm)`.
+    pub per_layer: Option<(&'a Linear, &'a Linear, &'a Tensor<1>)>,
+    /// The layer's output times this `[1]` (Gemma 4's `layer_scalar`); needs the sandwich norms.
+    pub scalar: Option<&'a Tensor<1>>,
 }
 
 /// What mixes positions in a layer the fused step runs.
@@ -235,11 +240,15 @@ pub(crate) struct StepParts<'a> {
     allow(dead_code, reason = "only the fused wgpu step reads it")
 )]
 pub(crate) enum StepMixer<'a> {
-    /// Attention over the layer's own keys and values, with separate `(q, k, v)` projections.
+    /// Attention over the layer's own keys and values, with separate `(q, k, v)` projections; `v_norm`
+    /// the ones `[d]` of a layer that RMS-normalises v per head without a weight (Gemma 4).
     Attention {
         attn: &'a Attention,
         qkv: [&'a Linear; 3],
+        v_norm: Option<&'a Tensor<1>>,
     },
+    /// Attention over an earlier layer's keys and values (the cache kind `SharedKv`): queries only.
+    Shared { attn: &'a Attention, q: &'a Linear },
     /// LFM2's short-convolution block.
     Conv(&'a ShortConv),
     /// Qwen3.5's Gated DeltaNet.

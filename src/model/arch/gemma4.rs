@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use burn::tensor::Tensor;
 
-use super::{Arch, Family, StepParts};
+use super::{Arch, Family, StepMixer, StepParts};
 use crate::kernels;
 use crate::loader::LoadError;
 use crate::model::config::{
@@ -404,6 +404,8 @@ pub struct Layer {
     per_layer: Option<(Linear, Linear)>,
     /// `[1]`.
     scalar: Tensor<1>,
+    /// Ones `[d]`: v's weightless per-head norm as the fused step's norm kernel takes it.
+    v_ones: Tensor<1>,
 }
 
 impl Layer {
@@ -469,12 +471,14 @@ impl Layer {
             )),
             None => None,
         };
+        let v_ones = Tensor::ones([d], &norms[0].device());
         Ok(Self {
             norms,
             attn,
             mlp,
             per_layer,
             scalar: ckpt.flat(&format!("{p}.{}", SCALAR.0), &[1])?,
+            v_ones,
         })
     }
 }
@@ -512,6 +516,21 @@ impl super::Layer for Layer {
     }
 
     fn step_parts(&self) -> Option<StepParts<'_>> {
-        None
+        let [input, post_attn, pre_ffw, post_ffw, post_per_layer] = &self.norms;
+        let mut parts = StepParts::of(
+            &self.attn,
+            &self.mlp,
+            (input, pre_ffw),
+            Some((post_attn, post_ffw)),
+        )?;
+        if let StepMixer::Attention { v_norm, .. } = &mut parts.mixer {
+            *v_norm = Some(&self.v_ones);
+        }
+        parts.per_layer = self
+            .per_layer
+            .as_ref()
+            .map(|(gate, proj)| (gate, proj, post_per_layer));
+        parts.scalar = Some(&self.scalar);
+        Some(parts)
     }
 }

@@ -322,8 +322,8 @@ pub(crate) fn linears_of<'a>(attn: &'a Attention, mlp: &'a Mlp) -> Vec<&'a Linea
 }
 
 impl<'a> StepParts<'a> {
-    /// An attention + MLP layer with these norms as the fused step runs it: `None` unless q, k, v and
-    /// gate, up are separate projections (and the layer has keys of its own).
+    /// An attention + MLP layer with these norms as the fused step runs it: `None` unless q, k, v (or
+    /// a sharing layer's q) and gate, up are separate projections.
     #[cfg_attr(
         not(feature = "webgpu"),
         allow(dead_code, reason = "only the fused wgpu step reads it")
@@ -334,15 +334,16 @@ impl<'a> StepParts<'a> {
         (pre_attn, pre_mlp): (&'a Tensor<1>, &'a Tensor<1>),
         post: Option<(&'a Tensor<1>, &'a Tensor<1>)>,
     ) -> Option<Self> {
-        let Qkv::Split { q, k, v } = &attn.qkv else {
-            return None;
+        let mixer = match &attn.qkv {
+            Qkv::Split { q, k, v } => StepMixer::Attention {
+                attn,
+                qkv: [q, k, v],
+                v_norm: None,
+            },
+            Qkv::Shared(q) => StepMixer::Shared { attn, q },
+            Qkv::Fused(_) => return None,
         };
-        Self::around(
-            StepMixer::Attention { attn, qkv: [q, k, v] },
-            mlp,
-            (pre_attn, pre_mlp),
-            post,
-        )
+        Self::around(mixer, mlp, (pre_attn, pre_mlp), post)
     }
 
     /// Any mixer and an MLP with these norms: `None` unless gate and up are separate projections.
@@ -366,6 +367,8 @@ impl<'a> StepParts<'a> {
             pre_attn,
             pre_mlp,
             post,
+            per_layer: None,
+            scalar: None,
         })
     }
 }

@@ -332,6 +332,19 @@ impl KvCache {
         }
     }
 
+    /// The keys and values that layer `layer` shares with the earlier layer that owns them, `[b, K,
+    /// allocated, d]` each, for the fused step's attention of a sharing layer (which reads them as the
+    /// owner wrote them in the same step). Call after the owner's [`KvCache::slots`] of this step.
+    pub fn shared_slots(&mut self, layer: usize) -> (&mut Tensor<4>, &mut Tensor<4>) {
+        let Held::Shared(from) = self.layers[layer] else {
+            panic!("layer {layer} keeps keys and values of its own, or a recurrent state")
+        };
+        match &mut self.layers[from] {
+            Held::Own(Some((keys, values))) => (keys, values),
+            _ => unreachable!("a shared layer's source holds its own, allocated by reserve"),
+        }
+    }
+
     /// Records `s` appended positions (after every layer's [`KvCache::append`]).
     pub fn advance(&mut self, s: usize) {
         self.len += s;

@@ -20,6 +20,9 @@
 //! instead of the output, and a second launch (`merge_kernel`) combines a head's splits: one workgroup
 //! per head becomes `⌈span / SPLIT⌉`, for a long context's few heads.
 //!
+//! A layer that shares an earlier layer's cache ([`attention_shared`]) runs the same kernel without step 2,
+//! reading position `pos` from the cache with the others.
+//!
 //! Shapes: `b` sequences, `H` / `K` query / key-value heads, `d` head dim (even), `A` positions allocated
 //! in the cache `[b, K, A, d]`; `q: [b, H·d]`, `k`, `v: [b, K·d]`; rope tables `[max_pos, d / 2]`.
 
@@ -104,6 +107,10 @@ fn logit(dot: f32, scale: f32, cap: f32, #[comptime] softcap: bool) -> f32 {
 
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
+#[allow(
+    clippy::collapsible_if,
+    reason = "comptime conditions stay apart from runtime ones"
+)]
 fn attend_append_kernel<C: Float, X: Float>(
     q: &[f32],
     k: &[f32],
@@ -128,6 +135,7 @@ fn attend_append_kernel<C: Float, X: Float>(
     #[comptime] norm: bool,
     #[comptime] softcap: bool,
     #[comptime] split: bool,
+    #[comptime] own: bool,
     #[define(C, X)] _types: [ElemType; 2],
 ) {
     let half = comptime![d / 2];
@@ -141,6 +149,10 @@ fn attend_append_kernel<C: Float, X: Float>(
     let mut hi = lo + chunk;
     if sp + 1 == splits {
         hi = pos;
+        if comptime![!own] {
+            // A layer sharing another's cache finds position `pos` there too.
+            hi = pos + 1;
+        }
     }
     let bi = bh / heads;
     let head = bh % heads;
@@ -152,7 +164,7 @@ fn attend_append_kernel<C: Float, X: Float>(
     let cb = pos * half;
     let kv0 = (bi * kv_heads + kh) * alloc * d;
     let qs = head_inv_rms(q, qo, eps, d, norm);
-    let ks = head_inv_rms(k, ko, eps, d, norm);
+    let ks = head_inv_rms(k, ko, eps, d, comptime![norm && own]);
     // This head's query, normalised and rotated.
     let mut qv = Array::<f32>::new(d);
     let mut o = Array::<f32>::new(d);
@@ -169,19 +181,21 @@ fn attend_append_kernel<C: Float, X: Float>(
     }
     // The first query head of each key-value head writes the key and the value at `pos` (in the first
     // split: no launch reads position `pos` from the cache).
-    if head == kh * group && sp == 0 {
-        let dst = kv0 + pos * d;
-        let mut i = tid;
-        while i < half {
-            let c = table(rope_t, cb + i, 1.0, rope);
-            let s = table(rope_t, sin_at + cb + i, 0.0, rope);
-            let x1 = feature(k, qkn, d, ko, i, ks, norm);
-            let x2 = feature(k, qkn, d, ko, i + half, ks, norm);
-            keys[dst + i] = C::cast_from(x1 * c - x2 * s);
-            keys[dst + i + half] = C::cast_from(x2 * c + x1 * s);
-            values[dst + i] = C::cast_from(v[ko + i]);
-            values[dst + i + half] = C::cast_from(v[ko + i + half]);
-            i += ATT_WG;
+    if comptime![own] {
+        if head == kh * group && sp == 0 {
+            let dst = kv0 + pos * d;
+            let mut i = tid;
+            while i < half {
+                let c = table(rope_t, cb + i, 1.0, rope);
+                let s = table(rope_t, sin_at + cb + i, 0.0, rope);
+                let x1 = feature(k, qkn, d, ko, i, ks, norm);
+                let x2 = feature(k, qkn, d, ko, i + half, ks, norm);
+                keys[dst + i] = C::cast_from(x1 * c - x2 * s);
+                keys[dst + i + half] = C::cast_from(x2 * c + x1 * s);
+                values[dst + i] = C::cast_from(v[ko + i]);
+                values[dst + i + half] = C::cast_from(v[ko + i + half]);
+                i += ATT_WG;
+            }
         }
     }
     // (running max, running sum); a finite "minus infinity": exp(m - score) is then 0, never NaN.
@@ -204,20 +218,22 @@ fn attend_append_kernel<C: Float, X: Float>(
         p += ATT_WG;
     }
     // The new position, from this launch's own key (normalised and rotated here) and value.
-    if tid == 0 && sp + 1 == splits {
-        let mut dot = 0.0f32;
-        #[unroll(unroll)]
-        for i in 0..half {
-            let c = table(rope_t, cb + i, 1.0, rope);
-            let s = table(rope_t, sin_at + cb + i, 0.0, rope);
-            let x1 = feature(k, qkn, d, ko, i, ks, norm);
-            let x2 = feature(k, qkn, d, ko, i + half, ks, norm);
-            dot += qv[i] * (x1 * c - x2 * s) + qv[i + half] * (x2 * c + x1 * s);
-        }
-        let e = online(logit(dot, scale, cap, softcap), &mut state, &mut o, d);
-        #[unroll(unroll)]
-        for j in 0..d {
-            o[j] += e * v[ko + j];
+    if comptime![own] {
+        if tid == 0 && sp + 1 == splits {
+            let mut dot = 0.0f32;
+            #[unroll(unroll)]
+            for i in 0..half {
+                let c = table(rope_t, cb + i, 1.0, rope);
+                let s = table(rope_t, sin_at + cb + i, 0.0, rope);
+                let x1 = feature(k, qkn, d, ko, i, ks, norm);
+                let x2 = feature(k, qkn, d, ko, i + half, ks, norm);
+                dot += qv[i] * (x1 * c - x2 * s) + qv[i + half] * (x2 * c + x1 * s);
+            }
+            let e = online(logit(dot, scale, cap, softcap), &mut state, &mut o, d);
+            #[unroll(unroll)]
+            for j in 0..d {
+                o[j] += e * v[ko + j];
+            }
         }
     }
     let mut sm = Shared::<[f32]>::new_slice(ATT_WG);
@@ -405,21 +421,54 @@ pub fn attention_append_split(
     f: Features,
     chunk: Option<usize>,
 ) -> Tensor<2> {
+    launch(q, Some((k, v)), how, pos, slot, f, chunk)
+}
+
+/// The attention of a layer that shares an earlier layer's keys and values (Gemma 4's last layers): as
+/// [`attention_append`], but nothing is written, and position `pos` is read from `slot` too (the
+/// layer that owns it wrote it earlier in the same step). `q: [b, H·d]` → `[b, H·d]`.
+///
+/// # Panics
+///
+/// As [`attention_append`].
+pub fn attention_shared(
+    q: Tensor<2>,
+    how: Attend<'_>,
+    pos: usize,
+    slot: CacheSlot<'_>,
+    caps: Caps,
+) -> Tensor<2> {
+    let start = how.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+    let chunk = split_len(pos - start, caps);
+    launch(q, None, how, pos, slot, caps.features, chunk)
+}
+
+/// [`attention_append_split`] with the position's own key and value (`kv`), or reading it from the cache
+/// (`None`: [`attention_shared`]).
+#[allow(clippy::too_many_arguments)]
+fn launch(
+    q: Tensor<2>,
+    kv_new: Option<(Tensor<2>, Tensor<2>)>,
+    how: Attend<'_>,
+    pos: usize,
+    slot: CacheSlot<'_>,
+    f: Features,
+    chunk: Option<usize>,
+) -> Tensor<2> {
     let [b, kv, alloc, d] = slot.keys.dims();
     let [bq, hd] = q.dims();
     let heads = hd / d.max(1);
+    let fits = |t: &Tensor<2>| t.dims() == [b, kv * d];
     assert!(
         bq == b
             && d % 2 == 0
             && hd == heads * d
             && heads % kv == 0
-            && k.dims() == [b, kv * d]
-            && v.dims() == [b, kv * d]
+            && kv_new.as_ref().is_none_or(|(k, v)| fits(k) && fits(v))
             && slot.values.dims() == slot.keys.dims(),
-        "attention_append: q {:?}, k {:?}, v {:?} do not fit the cache {:?}",
+        "attention_append: q {:?}, k and v {:?} do not fit the cache {:?}",
         q.dims(),
-        k.dims(),
-        v.dims(),
+        kv_new.as_ref().map(|(k, v)| (k.dims(), v.dims())),
         slot.keys.dims()
     );
     assert!(pos < alloc, "attention_append: position {pos} beyond the cache");
@@ -432,7 +481,9 @@ pub fn attention_append_split(
         );
     }
     if let Some((w, _)) = how.qk_norm {
-        assert!(w.dims() == [2 * d], "attention_append: q/k norms {:?}", w.dims());
+        // A sharing layer normalises only q: k's weights may be absent.
+        let fits = w.dims() == [2 * d] || (kv_new.is_none() && w.dims() == [d]);
+        assert!(fits, "attention_append: q/k norms {:?}", w.dims());
     }
     assert!(how.window != Some(0), "attention_append: an empty window");
     assert!(chunk != Some(0), "attention_append: splits of no position");
@@ -468,6 +519,11 @@ pub fn attention_append_split(
         Some((w, eps)) => (cube(w.clone(), "q/k norms"), eps),
         None => (none(), 0.0),
     };
+    let own = kv_new.is_some();
+    let (k, v) = match kv_new {
+        Some((k, v)) => (cube(k, "attention_append k"), cube(v, "attention_append v")),
+        None => (none(), none()),
+    };
     if b > 0 {
         unsafe {
             attend_append_kernel::launch_unchecked(
@@ -475,8 +531,8 @@ pub fn attention_append_split(
                 CubeCount::Static((b * heads) as u32, splits as u32, 1),
                 CubeDim::new_1d(ATT_WG as u32),
                 q.clone().into_buffer_arg(),
-                cube(k, "attention_append k").into_buffer_arg(),
-                cube(v, "attention_append v").into_buffer_arg(),
+                k.into_buffer_arg(),
+                v.into_buffer_arg(),
                 rope_t.into_buffer_arg(),
                 qkn.into_buffer_arg(),
                 keys.into_buffer_arg(),
@@ -497,6 +553,7 @@ pub fn attention_append_split(
                 how.qk_norm.is_some(),
                 how.softcap.is_some(),
                 part.is_some(),
+                own,
                 types,
             );
             if let Some(part) = &part {
