@@ -33,18 +33,28 @@
 //! its own buffer, format and output, the outputs bit for bit those of one launch each); a weight held
 //! in several buffers (one over the device's binding limit) takes a launch of its own.
 //!
+//! Gemma 4's layers (`gemma4::Layer`) take Gemma 3's rows, with v normalised per head before the cache
+//! (one launch: [`fused::rms_norm`] with ones), each layer's own head size, and a layer that shares an
+//! earlier layer's keys and values projecting only q and attending through [`fused::attention_shared`]
+//! (it reads position `pos` from the cache its source wrote in this step). After the MLP, the per-layer
+//! input's block: `x + rmsnorm(mlp)·post_ffw` (one launch), its gate's GEMV, `gelu_tanh(gate) · input`,
+//! its projection, and `(x + rmsnorm(proj)·post_norm) · layer_scalar` with the next layer's norm
+//! ([`fused::add_rms_norm_scaled`]): thirteen launches a layer (twelve sharing). The per-layer inputs of
+//! the step's tokens are computed once per step (`model::per_layer`).
+//!
 //! Eight in all for attention (more where a projection has a bias), where the generic path launches
-//! some sixty (more for Gemma's four norms and GELU, 85 for a Qwen3.5 layer). Per step besides: the
+//! some sixty (more for Gemma's four norms and GELU; measured per layer: 85 for Qwen3.5's and 54 for
+//! LFM2's at real shapes, 117 for Gemma 4's tiny fixture; `examples/bench.rs` counts them, `--fused off`
+//! for the generic path). Per step besides: the
 //! embedding rows (and Gemma's `√h` scale), the
 //! first RMSNorm, the `lm_head` and any final softcap. (A GEMV computing gate, up and their product in
 //! one launch measured no faster per step on lavapipe and cost ~270 ms more pipeline compilation on the
 //! first step.)
 //!
-//! What the kernels implement ([`Decoder::fusable`]): attention layers with their own keys and values
-//! (no shared cache) and separate q/k/v projections, LFM2's conv blocks and Qwen3.5's DeltaNets, each
-//! with separate gate/up projections; rope from one table per layer (or none), any score scale, window
-//! and softcap, SiLU or GELU-tanh. Fused projections (Phi-3), LongRoPE and Gemma 4's layers take the
-//! generic path.
+//! What the kernels implement ([`Decoder::fusable`]): attention layers with separate q/k/v projections
+//! (or a sharing layer's q), LFM2's conv blocks and Qwen3.5's DeltaNets, each with separate gate/up
+//! projections; rope from one table per layer (or none), any score scale, window and softcap, SiLU or
+//! GELU-tanh. Fused projections (Phi-3) and LongRoPE take the generic path.
 //!
 //! Recurrent states are replaced, as the generic path replaces them: the kernels write the next state
 //! beside their output, and a snapshot of the old one stays valid.
