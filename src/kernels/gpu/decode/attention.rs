@@ -384,9 +384,21 @@ pub fn attention_append(
     slot: CacheSlot<'_>,
     caps: Caps,
 ) -> Tensor<2> {
+    launch(
+        q,
+        Some((k, v)),
+        how,
+        pos,
+        slot,
+        caps.features,
+        chunk_at(how, pos, caps),
+    )
+}
+
+/// [`split_len`] of the cached span that the query at `pos` sees under `how`'s window.
+fn chunk_at(how: Attend<'_>, pos: usize, caps: Caps) -> Option<usize> {
     let start = how.window.map_or(0, |w| (pos + 1).saturating_sub(w));
-    let chunk = split_len(pos - start, caps);
-    attention_append_split(q, k, v, how, pos, slot, caps.features, chunk)
+    split_len(pos - start, caps)
 }
 
 /// Cached positions per split of the attention kernel: a span of at least `2 · SPLIT` cached positions is
@@ -438,9 +450,7 @@ pub fn attention_shared(
     slot: CacheSlot<'_>,
     caps: Caps,
 ) -> Tensor<2> {
-    let start = how.window.map_or(0, |w| (pos + 1).saturating_sub(w));
-    let chunk = split_len(pos - start, caps);
-    launch(q, None, how, pos, slot, caps.features, chunk)
+    launch(q, None, how, pos, slot, caps.features, chunk_at(how, pos, caps))
 }
 
 /// [`attention_append_split`] with the position's own key and value (`kv`), or reading it from the cache
