@@ -9,10 +9,12 @@
 //!   (the pre-norm Llama layer), or with a second weight normalises the residual before adding it (Gemma's
 //!   sandwich: `x + rmsnorm(delta)·w₁`, then `rmsnorm(that)·w₂`). One workgroup per row: each thread sums
 //!   the squares of a strided share of the row, one barrier, then every thread adds the partial sums and
-//!   writes its share of the outputs (twice over for the sandwich).
+//!   writes its share of the outputs (twice over for the sandwich). [`add_rms_norm_scaled`] multiplies the
+//!   sandwich's sum by a scalar before its norm (Gemma 4's `layer_scalar`).
 //! - [`attention_append`] (`attention.rs`): per-head q/k RMSNorm, rope at position `pos`, the key and
 //!   value written into the cache `[b, K, A, d]` at `pos`, and grouped-query attention over the cache (or
-//!   a sliding window of it), with a score scale and an optional logit softcap, in one launch.
+//!   a sliding window of it), with a score scale and an optional logit softcap, in one launch;
+//!   [`attention_shared`] the same over an earlier layer's cache, writing nothing (Gemma 4).
 //! - [`gated`]: `silu(g) · u` or `gelu_tanh(g) · u` ([`Gate`]), elementwise, `[r, f]` each.
 //! - `mixers.rs`: what the layers that are not plain attention add: LFM2's and Qwen3.5's convolution step
 //!   ([`conv_step`]), the DeltaNet's gated output norm ([`gated_rms_norm`]), and Qwen3.5's gated
