@@ -16,6 +16,7 @@
 
 use burn::tensor::{DType, Tensor, TensorData};
 use half::f16;
+use kiln::kernels::caps::Caps;
 use kiln::kernels::gpu::caps::Features;
 use kiln::kernels::gpu::decode::{self as fused, Attend, CacheSlot, Gate};
 
@@ -236,36 +237,65 @@ fn check_attention_with(rng: &mut Rng, c: &Case, f: Features) {
     // them unrounded: the reference uses `kw`, `vw` at `pos` unrounded too).
     let rel = rounding(f);
     assert_eq!(keys.dtype(), cache_dtype, "the cache keeps its type");
-    close_rel(&read(keys), &kw, 1e-5, rel, &format!("keys {what}"));
-    close_rel(&read(values), &vw, 0.0, rel, &format!("values {what}"));
+    close_rel(&read(keys.clone()), &kw, 1e-5, rel, &format!("keys {what}"));
+    close_rel(&read(values.clone()), &vw, 0.0, rel, &format!("values {what}"));
     let first = c.window.map_or(0, |w| (pos + 1).saturating_sub(w));
-    let mut want = Vec::new();
-    for bi in 0..b {
-        for hd in 0..heads {
-            let kh = hd / (heads / kv);
-            let qv = &qr[(bi * heads + hd) * d..][..d];
-            let row = |p: usize| ((bi * kv + kh) * alloc + p) * d;
-            let scores: Vec<f64> = (first..=pos)
-                .map(|p| {
-                    let s = (0..d).map(|j| qv[j] * kw[row(p) + j]).sum::<f64>() * scale;
-                    c.softcap.map_or(s, |cap| cap * (s / cap).tanh())
-                })
-                .collect();
-            let top = scores.iter().copied().fold(f64::MIN, f64::max);
-            let e: Vec<f64> = scores.iter().map(|s| (s - top).exp()).collect();
-            let sum: f64 = e.iter().sum();
-            for j in 0..d {
-                want.push(
-                    (first..=pos)
-                        .zip(&e)
-                        .map(|(p, e)| e * vw[row(p) + j])
-                        .sum::<f64>()
-                        / sum,
-                );
+    // Attention over a cache holding `kw`, `vw`.
+    let attend = |kw: &[f64], vw: &[f64]| {
+        let mut want = Vec::new();
+        for bi in 0..b {
+            for hd in 0..heads {
+                let kh = hd / (heads / kv);
+                let qv = &qr[(bi * heads + hd) * d..][..d];
+                let row = |p: usize| ((bi * kv + kh) * alloc + p) * d;
+                let scores: Vec<f64> = (first..=pos)
+                    .map(|p| {
+                        let s = (0..d).map(|j| qv[j] * kw[row(p) + j]).sum::<f64>() * scale;
+                        c.softcap.map_or(s, |cap| cap * (s / cap).tanh())
+                    })
+                    .collect();
+                let top = scores.iter().copied().fold(f64::MIN, f64::max);
+                let e: Vec<f64> = scores.iter().map(|s| (s - top).exp()).collect();
+                let sum: f64 = e.iter().sum();
+                for j in 0..d {
+                    want.push(
+                        (first..=pos)
+                            .zip(&e)
+                            .map(|(p, e)| e * vw[row(p) + j])
+                            .sum::<f64>()
+                            / sum,
+                    );
+                }
             }
         }
-    }
+        want
+    };
+    let want = attend(&kw, &vw);
     close_rel(&got, &want, 3e-5, rel, &format!("attention {what}"));
+    // The same queries as a layer that shares this cache (Gemma 4's): nothing written, position `pos`
+    // read from the cache the launch above wrote, so as the cache holds it (f16-rounded in an f16 cache).
+    let caps = Caps::of(&device).with_features(f);
+    let held = |t: &Tensor<4>| read(t.clone()).iter().map(|&x| f64::from(x)).collect::<Vec<_>>();
+    let want = attend(&held(&keys), &held(&values));
+    let slot = CacheSlot {
+        keys: &mut keys,
+        values: &mut values,
+    };
+    let shared = read(fused::attention_shared(
+        t2(&q, [b, heads * d]),
+        how,
+        pos,
+        slot,
+        caps,
+    ));
+    close_rel(&shared, &want, 3e-5, rel, &format!("shared attention {what}"));
+    close_rel(
+        &read(keys),
+        &kw,
+        1e-5,
+        rel,
+        &format!("keys after the shared attention {what}"),
+    );
 }
 
 #[test]
@@ -332,6 +362,12 @@ fn attention_append_scales_windows_caps_and_norms() {
             norm: true,
             softcap: Some(5.0),
             ..case((1, 2, 1, 80, 40, 35))
+        },
+        // Gemma 4's full-attention layers: heads of 512, one key-value head, scale 1.
+        Case {
+            norm: true,
+            scale: Some(1.0),
+            ..case((1, 8, 1, 512, 48, 40))
         },
     ];
     for c in &cases {
