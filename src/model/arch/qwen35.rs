@@ -424,11 +424,7 @@ struct DeltaNet {
     a: Linear,
     /// `[w, C]`.
     conv: Tensor<2>,
-    /// `[Hv]`: `−exp(A_log)`.
-    neg_a: Tensor<1>,
-    /// `[Hv]`.
-    dt_bias: Tensor<1>,
-    /// `[2·Hv]`: `neg_a`, then `dt_bias` (one binding for the fused step's kernel).
+    /// `[2·Hv]`: `−exp(A_log)`, then `dt_bias` (one tensor: the fused step's kernel binds it once).
     gates: Tensor<1>,
     /// `[dv]`.
     norm: Tensor<1>,
@@ -450,7 +446,8 @@ impl DeltaNet {
         let k = mixed.clone().narrow(2, hk * dk, hk * dk).reshape([b, s, hk, dk]);
         let v = mixed.narrow(2, 2 * hk * dk, hv * dv).reshape([b, s, hv, dv]);
         let beta = sigmoid(beta);
-        let g = softplus(a + self.dt_bias.clone().unsqueeze::<3>()) * self.neg_a.clone().unsqueeze::<3>();
+        let gate = |at: usize| self.gates.clone().narrow(0, at, hv).unsqueeze::<3>();
+        let g = softplus(a + gate(hv)) * gate(0);
         let (o, state) = gated_delta((q, k, v), (g, beta), state, c.delta_tiled);
         cache.put_state(layer, State::Delta { conv, s: state });
         let z = z.reshape([b, s, hv, dv]);
@@ -492,30 +489,24 @@ impl Layer {
                 let take = |ckpt: &mut dyn Tensors, part: &str, shape| {
                     Linear::take(ckpt, &format!("{p}.linear_attn.{part}"), shape, false)
                 };
-                // Read in the checkpoint's order.
-                let (qkv, zp, bp, ap) = (
-                    take(ckpt, "in_proj_qkv", [z.channels(), h])?,
-                    take(ckpt, "in_proj_z", [z.hv * z.dv, h])?,
-                    take(ckpt, "in_proj_b", [z.hv, h])?,
-                    take(ckpt, "in_proj_a", [z.hv, h])?,
-                );
-                let conv = conv::filters(
-                    ckpt,
-                    &format!("{p}.linear_attn.conv1d.weight"),
-                    z.channels(),
-                    z.width,
-                )?;
-                let neg_a = ckpt.vector(&format!("{p}.linear_attn.A_log"), z.hv)?.exp().neg();
-                let dt_bias = ckpt.vector(&format!("{p}.linear_attn.dt_bias"), z.hv)?;
                 let net = DeltaNet {
-                    qkv,
-                    z: zp,
-                    b: bp,
-                    a: ap,
-                    conv,
-                    gates: Tensor::cat(vec![neg_a.clone(), dt_bias.clone()], 0),
-                    neg_a,
-                    dt_bias,
+                    qkv: take(ckpt, "in_proj_qkv", [z.channels(), h])?,
+                    z: take(ckpt, "in_proj_z", [z.hv * z.dv, h])?,
+                    b: take(ckpt, "in_proj_b", [z.hv, h])?,
+                    a: take(ckpt, "in_proj_a", [z.hv, h])?,
+                    conv: conv::filters(
+                        ckpt,
+                        &format!("{p}.linear_attn.conv1d.weight"),
+                        z.channels(),
+                        z.width,
+                    )?,
+                    gates: Tensor::cat(
+                        vec![
+                            ckpt.vector(&format!("{p}.linear_attn.A_log"), z.hv)?.exp().neg(),
+                            ckpt.vector(&format!("{p}.linear_attn.dt_bias"), z.hv)?,
+                        ],
+                        0,
+                    ),
                     norm: ckpt.vector(&format!("{p}.linear_attn.norm.weight"), z.dv)?,
                     out: take(ckpt, "out_proj", [h, z.hv * z.dv])?,
                     sizes: z,
