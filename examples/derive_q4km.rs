@@ -25,7 +25,7 @@ fn run(input: PathBuf, output: PathBuf) -> Result<(), String> {
     for (_, t) in &out.tensors {
         let e = hist.entry(t.ty.name()).or_default();
         e.0 += 1;
-        e.1 += t.end - t.start;
+        e.1 += t.size() as usize;
     }
     let tmp = output.with_extension("gguf.tmp");
     std::fs::write(&tmp, &derived).map_err(|e| format!("{}: {e}", tmp.display()))?;

@@ -259,7 +259,7 @@ fn tensor_type_offsets(bytes: &[u8], g: &Gguf<'_>) -> Vec<usize> {
 #[test]
 fn corrupt_files_are_errors_without_panics_or_huge_allocations() {
     let g = Gguf::parse(TINY).unwrap();
-    let header_end = g.tensors.iter().map(|(_, t)| t.start).min().unwrap();
+    let header_end = g.tensors.iter().map(|(_, t)| t.start as usize).min().unwrap();
     // String arrays take up to 3× their file bytes in memory (see `loader::gguf`).
     let limit = 3 * TINY.len();
     let mut checked = 0;
@@ -277,7 +277,7 @@ fn corrupt_files_are_errors_without_panics_or_huge_allocations() {
         expect_error(&TINY[..cut], &format!("cut at {cut}"));
     }
     for (name, t) in &g.tensors {
-        expect_error(&TINY[..t.end - 1], &format!("cut in `{name}`"));
+        expect_error(&TINY[..t.end as usize - 1], &format!("cut in `{name}`"));
     }
     // Wrong magic and versions.
     let mut bad = TINY.to_vec();

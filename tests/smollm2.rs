@@ -34,7 +34,7 @@ fn smollm2_weights_stay_quantized() {
         .tensors
         .iter()
         .filter(|(_, t)| t.ty.is_quantized())
-        .map(|(_, t)| (t.end - t.start) as u64)
+        .map(|(_, t)| t.size())
         .sum();
     let m = LoadedModel::from_gguf("smollm2-135m", &bytes, &Device::flex()).unwrap();
     let held = m.memory().weight_bytes;

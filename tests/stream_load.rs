@@ -114,10 +114,10 @@ fn tensors_reach_the_device_as_their_bytes_arrive() {
         .tensors
         .iter()
         .filter(|(n, _)| n != "rope_freqs.weight")
-        .map(|(_, t)| t.end)
+        .map(|(_, t)| t.end as usize)
         .min()
         .unwrap();
-    let last_start = g.tensors.iter().map(|(_, t)| t.start).max().unwrap();
+    let last_start = g.tensors.iter().map(|(_, t)| t.start as usize).max().unwrap();
     let reports = RefCell::new(Vec::new());
     let mut loader = GgufLoader::new(&Device::flex(), |l, _| reports.borrow_mut().push(l));
     loader
@@ -150,7 +150,7 @@ fn a_truncated_file_names_what_is_missing() {
     let g = Gguf::parse(bytes).unwrap();
     let (last, info) = g.tensors.iter().max_by_key(|(_, t)| t.end).unwrap();
     // Cut inside the last tensor.
-    let (e, _) = err(&bytes[..info.end - 10], &[4096]);
+    let (e, _) = err(&bytes[..info.end as usize - 10], &[4096]);
     assert!(e.contains("truncated") && e.contains(last.as_str()), "{e}");
     // Cut inside the header.
     let (e, reports) = err(&bytes[..200], &[7]);
@@ -237,7 +237,7 @@ fn a_nan_scale_names_the_tensor() {
         .expect("a quantized tensor");
     // A NaN written over the scale of the fourth block: the first offset whose f16 NaN the block check
     // catches (the scale's place differs between formats).
-    let at = info.start + info.ty.block_bytes() * 3;
+    let at = info.start as usize + info.ty.block_bytes() * 3;
     let block = &FILES[0].1[at..at + info.ty.block_bytes()];
     let off = (0..block.len() - 1)
         .find(|&o| {
@@ -283,7 +283,7 @@ fn corrupt_k_quant_tensors_name_themselves() {
             .min_by_key(|(_, t)| t.start)
             .unwrap_or_else(|| panic!("a {want} tensor"));
         // The fifth super-block's `d`, found as the offset whose f16 NaN the block check refuses.
-        let at = info.start + info.ty.block_bytes() * 4;
+        let at = info.start as usize + info.ty.block_bytes() * 4;
         let block = &bytes[at..at + info.ty.block_bytes()];
         let off = (0..block.len() - 1)
             .find(|&o| {
@@ -292,12 +292,12 @@ fn corrupt_k_quant_tensors_name_themselves() {
                 info.ty.check(&b).is_err()
             })
             .expect("a scale to corrupt");
-        let mut bad = bytes[..info.end + 4096].to_vec();
+        let mut bad = bytes[..info.end as usize + 4096].to_vec();
         bad[at + off..at + off + 2].copy_from_slice(&0x7c00u16.to_le_bytes());
         let (e, _) = err(&bad, &[1 << 20]);
         assert!(e.contains(name.as_str()) && e.contains(want), "{want}: {e}");
         // Cut in the middle of the tensor.
-        let (e, _) = err(&bytes[..(info.start + info.end) / 2], &[1 << 20]);
+        let (e, _) = err(&bytes[..(info.start + info.end) as usize / 2], &[1 << 20]);
         assert!(
             e.contains("truncated") && e.contains(name.as_str()),
             "{want}: {e}"
@@ -341,8 +341,9 @@ fn tensors_stored_out_of_info_order_stream_correctly() {
     let (ia, ib) = (g.tensor(a).unwrap().clone(), g.tensor(b).unwrap().clone());
     assert_eq!(ia.end - ia.start, ib.end - ib.start);
     let mut swapped = bytes.to_vec();
-    swapped[ia.start..ia.end].copy_from_slice(&bytes[ib.start..ib.end]);
-    swapped[ib.start..ib.end].copy_from_slice(&bytes[ia.start..ia.end]);
+    let (ra, rb) = (ia.range().unwrap(), ib.range().unwrap());
+    swapped[ra.clone()].copy_from_slice(&bytes[rb.clone()]);
+    swapped[rb].copy_from_slice(&bytes[ra]);
     let (fa, fb) = (offset_field(bytes, a), offset_field(bytes, b));
     swapped[fa..fa + 8].copy_from_slice(&bytes[fb..fb + 8]);
     swapped[fb..fb + 8].copy_from_slice(&bytes[fa..fa + 8]);
@@ -379,15 +380,16 @@ fn empty_pieces_are_nothing_and_a_failed_loader_stays_failed() {
     let mut bad = bytes.to_vec();
     let off = (0..info.ty.block_bytes() - 1)
         .find(|&o| {
-            let mut b = bytes[info.start..info.start + info.ty.block_bytes()].to_vec();
+            let at = info.start as usize;
+            let mut b = bytes[at..at + info.ty.block_bytes()].to_vec();
             b[o..o + 2].copy_from_slice(&0x7e00u16.to_le_bytes());
             info.ty.check(&b).is_err()
         })
         .unwrap();
-    bad[info.start + off..info.start + off + 2].copy_from_slice(&0x7e00u16.to_le_bytes());
+    bad[info.start as usize + off..info.start as usize + off + 2].copy_from_slice(&0x7e00u16.to_le_bytes());
     let mut loader = GgufLoader::new(&Device::flex(), |_, _| {});
-    assert!(loader.push(&bad[..info.end]).is_err());
-    let again = loader.push(&bad[info.end..]).unwrap_err().to_string();
+    assert!(loader.push(&bad[..info.end as usize]).is_err());
+    let again = loader.push(&bad[info.end as usize..]).unwrap_err().to_string();
     assert!(again.contains("earlier error"), "{again}");
     assert!(loader.finish("tiny").is_err());
 }

@@ -5,6 +5,11 @@
 //! `u64` dimensions (`ne[0]` first: the innermost, contiguous one), `u32` type and `u64` offset within the
 //! data section, which starts at the next multiple of `general.alignment` (default 32).
 //!
+//! Tensor positions are `u64` on every platform: a wasm32 module streams files past its 4 GiB address space
+//! (it holds one tensor at a time), so a file position is never a `usize`. Offsets and sizes that overflow
+//! 64 bits, tensors that overlap ([`super::stream`]) or end past the file's declared length are malformed,
+//! named.
+//!
 //! Every count and length is checked against the bytes that remain before anything is allocated, using the
 //! smallest size an element can take in the file. Arrays are stored typed (`Vec<u8>`, `Vec<f32>`, …), so an
 //! array never takes more memory than its bytes in the file, except string arrays: a string takes at least
@@ -180,12 +185,23 @@ pub struct TensorInfo {
     pub ty: GgmlType,
     /// GGUF order: `dims[0]` is the contiguous (row) dimension. The row-major shape is this reversed.
     pub dims: Vec<usize>,
-    /// Byte range within the file.
-    pub start: usize,
-    pub end: usize,
+    /// Byte range within the file (64-bit on every platform: a file may be larger than the address space
+    /// of a wasm32 module that streams it).
+    pub start: u64,
+    pub end: u64,
 }
 
 impl TensorInfo {
+    /// The bytes the tensor takes in the file.
+    pub fn size(&self) -> u64 {
+        self.end - self.start
+    }
+
+    /// The byte range as indices into a file held in memory (`None` past this platform's address space).
+    pub fn range(&self) -> Option<std::ops::Range<usize>> {
+        Some(usize::try_from(self.start).ok()?..usize::try_from(self.end).ok()?)
+    }
+
     /// The row-major (PyTorch-order) shape.
     pub fn shape(&self) -> Vec<usize> {
         self.dims.iter().rev().copied().collect()
@@ -341,7 +357,7 @@ impl<'a> Reader<'a> {
 impl<'a> Gguf<'a> {
     /// Parses the header, metadata and tensor infos of `bytes` and checks every tensor's byte range.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, GgufError> {
-        Self::parse_within(bytes, Some(bytes.len()))
+        Self::parse_within_len(bytes, Some(bytes.len() as u64), false)
     }
 
     /// Parses the header of a file whose first bytes are `prefix` (a file arriving in pieces): the
@@ -349,7 +365,13 @@ impl<'a> Gguf<'a> {
     /// A prefix that ends inside the header is [`GgufError::Truncated`]. The result holds no tensor data
     /// ([`Gguf::data`] is empty); see [`super::stream`].
     pub fn parse_header(prefix: &[u8]) -> Result<Gguf<'static>, GgufError> {
-        let g = Gguf::parse_within(prefix, None)?;
+        Self::parse_header_of(prefix, None)
+    }
+
+    /// [`Gguf::parse_header`] of a file whose length is declared (a download's `content-length`, a
+    /// `Blob`'s size): a tensor whose data would end past it is malformed, named.
+    pub fn parse_header_of(prefix: &[u8], file_len: Option<u64>) -> Result<Gguf<'static>, GgufError> {
+        let g = Gguf::parse_within_len(prefix, file_len, true)?;
         Ok(Gguf {
             version: g.version,
             metadata: g.metadata,
@@ -358,12 +380,13 @@ impl<'a> Gguf<'a> {
         })
     }
 
-    /// [`Gguf::parse`], with tensor ranges checked against `file_len` when it is known.
-    fn parse_within(bytes: &'a [u8], file_len: Option<usize>) -> Result<Self, GgufError> {
+    /// The header at the start of `bytes`, with tensor ranges checked against `file_len` when it is known;
+    /// `prefix`: `bytes` may be only the file's first bytes.
+    fn parse_within_len(bytes: &'a [u8], file_len: Option<u64>, prefix: bool) -> Result<Self, GgufError> {
         let mut r = Reader {
             bytes,
             pos: 0,
-            prefix: file_len.is_none(),
+            prefix,
         };
         let magic: [u8; 4] = r.array("the magic")?;
         if &magic != b"GGUF" {
@@ -433,7 +456,7 @@ impl<'a> Gguf<'a> {
         for (name, dims, ty, offset) in infos {
             let elements = dims
                 .iter()
-                .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+                .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64))
                 .filter(|&n| n > 0)
                 .ok_or_else(|| GgufError::Malformed(format!("tensor `{name}` has dimensions {dims:?}")))?;
             if !dims[0].is_multiple_of(ty.block_elems()) {
@@ -443,29 +466,34 @@ impl<'a> Gguf<'a> {
                     ty.block_elems()
                 )));
             }
-            let size = (elements / ty.block_elems())
-                .checked_mul(ty.block_bytes())
-                .ok_or_else(|| GgufError::Malformed(format!("tensor `{name}` is too large")))?;
+            let size = (elements / ty.block_elems() as u64)
+                .checked_mul(ty.block_bytes() as u64)
+                .ok_or_else(|| {
+                    GgufError::Malformed(format!("tensor `{name}`: its size overflows 64 bits"))
+                })?;
             if !offset.is_multiple_of(alignment as u64) {
                 return Err(GgufError::Malformed(format!(
                     "tensor `{name}` starts at offset {offset}, not a multiple of the alignment {alignment}"
                 )));
             }
-            // Beyond the address space is a truncated file when the whole file is here, and a file this
-            // platform cannot hold when only its header is (more bytes would not help).
-            let beyond = || match file_len {
-                Some(_) => GgufError::Truncated(format!("the data of `{name}`")),
-                None => GgufError::Malformed(format!(
-                    "the data of `{name}` ends beyond what this platform can address"
-                )),
-            };
-            let start = usize::try_from(offset)
-                .ok()
-                .and_then(|o| o.checked_add(data_start))
-                .ok_or_else(beyond)?;
-            let end = start.checked_add(size).ok_or_else(beyond)?;
-            if file_len.is_some_and(|len| end > len) {
-                return Err(GgufError::Truncated(format!("the data of `{name}`")));
+            let (start, end) = (data_start as u64)
+                .checked_add(offset)
+                .and_then(|start| Some((start, start.checked_add(size)?)))
+                .ok_or_else(|| {
+                    GgufError::Malformed(format!(
+                        "tensor `{name}`: its offset {offset} and size {size} overflow 64 bits"
+                    ))
+                })?;
+            match file_len {
+                Some(len) if end > len && !prefix => {
+                    return Err(GgufError::Truncated(format!("the data of `{name}`")));
+                }
+                Some(len) if end > len => {
+                    return Err(GgufError::Malformed(format!(
+                        "the data of `{name}` ends at byte {end}, past the end of the file ({len} bytes)"
+                    )));
+                }
+                _ => {}
             }
             if tensors.iter().any(|(n, _): &(String, TensorInfo)| *n == name) {
                 return Err(GgufError::Malformed(format!("tensor `{name}` appears twice")));
@@ -488,7 +516,7 @@ impl<'a> Gguf<'a> {
     /// The raw bytes of a tensor. A header parsed alone ([`Gguf::parse_header`]) holds no tensor data:
     /// its `data` is empty (and asserts in debug builds).
     pub fn data(&self, info: &TensorInfo) -> &'a [u8] {
-        let data = self.bytes.get(info.start..info.end);
+        let data = info.range().and_then(|r| self.bytes.get(r));
         debug_assert!(data.is_some(), "tensor data asked of a header parsed alone");
         data.unwrap_or_default()
     }

@@ -267,7 +267,7 @@ mod tests {
             for ((n0, t0), (n1, t1)) in g.tensors.iter().zip(&back.tensors) {
                 assert_eq!((n0, t0.ty, &t0.dims), (n1, t1.ty, &t1.dims), "{name}");
                 assert_eq!(g.data(t0), back.data(t1), "{name}: {n0} data");
-                assert_eq!(t1.start % DEFAULT_ALIGNMENT, 0, "{name}: {n0} aligned");
+                assert_eq!(t1.start % DEFAULT_ALIGNMENT as u64, 0, "{name}: {n0} aligned");
             }
             // A fixed point: writing what was written gives the same bytes.
             assert_eq!(

@@ -18,6 +18,11 @@ fn fail<E: From<LoadError>>(e: GgufError) -> E {
     E::from(LoadError::from(e))
 }
 
+/// `n` bytes, at most `limit` (a piece's length).
+fn clamp(n: u64, limit: usize) -> usize {
+    usize::try_from(n).map_or(limit, |n| n.min(limit))
+}
+
 /// What a pushed piece completed.
 pub enum Event<'s> {
     /// The header parsed (metadata and tensor infos; [`Gguf::data`] is empty).
@@ -34,8 +39,10 @@ pub enum Event<'s> {
 pub struct GgufStream {
     /// Header bytes until the header parses; afterwards the part of the current tensor seen so far.
     buf: Vec<u8>,
-    /// Bytes of the file pushed so far.
-    pos: usize,
+    /// Bytes of the file pushed so far (a file may be larger than this platform's address space).
+    pos: u64,
+    /// The file's declared length, when known: a tensor ending past it is refused with the header.
+    len: Option<u64>,
     /// The header gathered so far is retried once it reaches this length (doubling: linear work overall).
     retry_at: usize,
     header: Option<Gguf<'static>>,
@@ -57,10 +64,18 @@ impl GgufStream {
             buf: Vec::new(),
             pos: 0,
             retry_at: 0,
+            len: None,
             header: None,
             order: Vec::new(),
             next: 0,
         }
+    }
+
+    /// The file's declared length (a download's `content-length`, a `Blob`'s size), checked against every
+    /// tensor's range once the header parses.
+    pub fn with_len(mut self, len: u64) -> Self {
+        self.len = Some(len);
+        self
     }
 
     /// Feeds the next bytes of the file; `on` sees the header once it parses and each tensor once it is
@@ -81,7 +96,7 @@ impl GgufStream {
             }
         }
         self.buf.extend_from_slice(piece);
-        self.pos += piece.len();
+        self.pos += piece.len() as u64;
         if self.buf.len() < self.retry_at {
             return Ok(());
         }
@@ -99,7 +114,7 @@ impl GgufStream {
         bytes: &[u8],
         on: &mut dyn FnMut(Event<'_>) -> Result<(), E>,
     ) -> Result<bool, E> {
-        let header = match Gguf::parse_header(bytes) {
+        let header = match Gguf::parse_header_of(bytes, self.len) {
             Ok(h) => h,
             Err(GgufError::Truncated(what)) => {
                 if bytes.len() > MAX_HEADER_BYTES {
@@ -156,19 +171,19 @@ impl GgufStream {
         while !piece.is_empty() {
             let Some(&i) = self.order.get(self.next) else {
                 // Past the last tensor: padding.
-                self.pos += piece.len();
+                self.pos += piece.len() as u64;
                 return Ok(());
             };
             let (name, info) = &header.tensors[i];
             if self.pos < info.start {
-                let skip = (info.start - self.pos).min(piece.len());
-                self.pos += skip;
+                let skip = clamp(info.start - self.pos, piece.len());
+                self.pos += skip as u64;
                 piece = &piece[skip..];
                 continue;
             }
             let need = info.end - self.pos;
-            let take = need.min(piece.len());
-            if self.buf.is_empty() && take == info.end - info.start {
+            let take = clamp(need, piece.len());
+            if self.buf.is_empty() && take as u64 == info.size() {
                 // Whole inside this piece: no copy.
                 on(Event::Tensor {
                     name,
@@ -178,10 +193,20 @@ impl GgufStream {
             } else {
                 if self.buf.is_empty() {
                     // One allocation of the tensor's size (growing by doubling would hold 1.5× at once).
-                    self.buf.reserve_exact(info.end - info.start);
+                    let size = usize::try_from(info.size()).map_err(|_| {
+                        fail(GgufError::Malformed(format!(
+                            "tensor `{name}` takes {} bytes, more than this platform can address",
+                            info.size()
+                        )))
+                    })?;
+                    self.buf.try_reserve_exact(size).map_err(|_| {
+                        fail(GgufError::Malformed(format!(
+                            "tensor `{name}` takes {size} bytes, more than this platform could allocate"
+                        )))
+                    })?;
                 }
                 self.buf.extend_from_slice(&piece[..take]);
-                if take == need {
+                if take as u64 == need {
                     on(Event::Tensor {
                         name,
                         info,
@@ -190,7 +215,7 @@ impl GgufStream {
                     self.buf.clear();
                 }
             }
-            self.pos += take;
+            self.pos += take as u64;
             piece = &piece[take..];
             if self.pos == info.end {
                 self.next += 1;

@@ -429,7 +429,7 @@ pub(crate) fn untaken(file: &Gguf<'_>, taken: &BTreeSet<String>) -> Option<Strin
 
 /// Bytes of tensor data in `file`.
 pub(crate) fn tensor_bytes(file: &Gguf<'_>) -> u64 {
-    file.tensors.iter().map(|(_, t)| (t.end - t.start) as u64).sum()
+    file.tensors.iter().map(|(_, t)| t.size()).sum()
 }
 
 impl Weights for GgufWeights<'_, '_> {
