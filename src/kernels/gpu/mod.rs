@@ -198,6 +198,9 @@ pub fn supports_ggml(type_id: u32) -> bool {
     dequant::block_layout(type_id).is_some()
 }
 
+/// Words of a weight copied into one write while it uploads (16 MiB).
+const UPLOAD_SLICE_WORDS: usize = 4 << 20;
+
 /// Uploads `n` rows of `k` elements stored as GGML blocks of `ty` (row bytes = `k / block_elems ·
 /// block_bytes`), unchanged but for zero padding to whole `u32` words.
 pub fn upload(
@@ -278,30 +281,41 @@ pub fn upload_ggml_with_limit(
             limit,
         });
     }
-    let parts = (0..n)
-        .step_by(rows_per_part)
-        .map(|row0| {
-            let rows = rows_per_part.min(n - row0);
-            let chunk = &bytes[row0 * row_bytes..(row0 + rows) * row_bytes];
-            let words = chunk.len().div_ceil(4);
-            // One copy, into whole words (zero padded) that cubecl takes as they are: its
-            // `create_from_slice` would copy twice more, and a model's largest tensor three times over
-            // is what bounds the wasm memory a load needs.
-            let mut packed = vec![0u32; words];
-            for (w, b) in packed.iter_mut().zip(chunk.chunks(4)) {
+    let mut parts = Vec::new();
+    for row0 in (0..n).step_by(rows_per_part) {
+        let rows = rows_per_part.min(n - row0);
+        let chunk = &bytes[row0 * row_bytes..(row0 + rows) * row_bytes];
+        let words = chunk.len().div_ceil(4);
+        let handle = client.empty(words * 4);
+        // Written a slice at a time into whole words (the last zero padded), each slice's copy freed once
+        // the queue has taken it: a load then holds in host memory the tensor's bytes and one slice, not a
+        // second copy of the tensor (a model's largest tensor twice over is what bounded the wasm memory a
+        // load needs; cubecl's `create_from_slice` would copy three times).
+        for at in (0..words).step_by(UPLOAD_SLICE_WORDS) {
+            let n_words = UPLOAD_SLICE_WORDS.min(words - at);
+            let src = &chunk[(at * 4).min(chunk.len())..((at + n_words) * 4).min(chunk.len())];
+            let mut packed = vec![0u32; n_words];
+            for (w, b) in packed.iter_mut().zip(src.chunks(4)) {
                 let mut word = [0u8; 4];
                 word[..b.len()].copy_from_slice(b);
                 *w = u32::from_ne_bytes(word);
             }
-            let handle = client.create(Bytes::from_elems(packed));
-            Part {
-                row0,
-                rows,
-                words,
-                handle,
-            }
-        })
-        .collect();
+            let target = handle
+                .clone()
+                .offset_start((at * 4) as u64)
+                .offset_end(((words - at - n_words) * 4) as u64);
+            client.write(&target, Bytes::from_elems(packed));
+            client
+                .flush()
+                .map_err(|e| GpuKernelError::Upload(format!("{e:?}")))?;
+        }
+        parts.push(Part {
+            row0,
+            rows,
+            words,
+            handle,
+        });
+    }
     // cubecl queues writes (each holding a copy of its bytes) until the stream runs: run it now, so that
     // a model's weights are not all held in host memory at once while it loads.
     client
