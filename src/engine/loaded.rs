@@ -13,6 +13,7 @@ use super::protocol::images::{Image, ImageFormat, PlannedImage};
 use super::protocol::plan::PromptPlan;
 use super::protocol::respond::{ChatStream, CompletionStream, StreamHeader};
 use super::runtime::chunks::{Media, Prompt};
+use super::runtime::context::{self, Bound, Grant, Room};
 use super::runtime::generation::Generation;
 use super::runtime::prefix_cache::{DEFAULT_BUDGET, PrefixCache};
 use crate::api::{ApiError, ModelSpec, ValidChat, ValidCompletion};
@@ -55,6 +56,8 @@ pub struct LoadedModel {
     pub tokenizer: Arc<ModelTokenizer>,
     /// What requests are validated against.
     spec: ModelSpec,
+    /// The context the load granted (`spec.context_length` is its length).
+    context: Grant,
     /// The chat template's syntax (tools, reasoning), found at load.
     chat_format: ChatFormat,
     /// The token table for constrained decoding, built on the first request that needs it.
@@ -91,16 +94,51 @@ impl LoadedModel {
             images: false,
             video: false,
         };
+        let context = Grant {
+            length: spec.context_length,
+            model_length: spec.context_length,
+            kv_bytes_per_position: Room::of_decoder(&decoder).per_position,
+            bound: Bound::Model,
+        };
         Self {
             id: id.to_owned(),
             decoder,
             spec,
+            context,
             chat_format: ChatFormat::of(&tokenizer),
             tokenizer: Arc::new(tokenizer),
             vocab: LazyVocab::default(),
             prefixes: PrefixCache::new(DEFAULT_BUDGET),
             vision: None,
         }
+    }
+
+    /// The model serving the context [`context::grant`] grants it on its device: `requested` by the load
+    /// (`contextLength`), of the model's own `model_length` (when the loader already narrowed the config
+    /// to a first estimate; else the decoder's). The rope tables are rebuilt for a shorter context.
+    pub(crate) fn with_context(
+        mut self,
+        requested: Option<usize>,
+        model_length: Option<usize>,
+    ) -> Result<Self, EngineError> {
+        let model_length = model_length.unwrap_or(self.decoder.config.max_position_embeddings);
+        let room = Room::of_decoder(&self.decoder);
+        let grant = context::grant(
+            &room,
+            self.decoder.device(),
+            model_length,
+            requested,
+            self.prefixes.budget() as u64,
+        )?;
+        self.decoder.grant_context(grant.length);
+        self.spec.context_length = grant.length;
+        self.context = grant;
+        Ok(self)
+    }
+
+    /// The context the load granted: its length, the model's own, a position's KV bytes, what bounds it.
+    pub fn context(&self) -> Grant {
+        self.context
     }
 
     /// The model with its vision part: chat requests take `image_url` parts, prepared by `processor`

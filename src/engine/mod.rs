@@ -37,9 +37,21 @@ pub enum EngineError {
     #[error("`{option}`: {message}")]
     LoadOption { option: &'static str, message: String },
     #[error(
-        "the model does not fit: its weights (and a recurrent model's states) take {needed} MiB on this device, which holds at most {limit} MiB of weights"
+        "the model does not fit {device}: its weights (and a recurrent model's states) take {needed} MiB as {device} holds them, {why}, which leaves at most {limit} MiB for weights; {advice}"
     )]
-    TooLarge { needed: u64, limit: u64 },
+    TooLarge {
+        needed: u64,
+        limit: u64,
+        /// The device, as the message names it ("the CPU backend").
+        device: &'static str,
+        /// Where the limit comes from.
+        why: &'static str,
+        /// What to do instead.
+        advice: &'static str,
+    },
+    /// The files given as one split model do not belong together (their split keys, tensor sets).
+    #[error("the files given as one model do not belong together: {0}")]
+    Shards(String),
 }
 
 impl EngineError {

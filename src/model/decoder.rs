@@ -228,6 +228,21 @@ impl Decoder {
         &self.device
     }
 
+    /// Serves at most `positions` positions (a load's granted context, at most the model's own): the
+    /// position check and the rope tables, which are rebuilt for that many.
+    pub fn grant_context(&mut self, positions: usize) {
+        if positions == self.config.max_position_embeddings {
+            return;
+        }
+        self.config.max_position_embeddings = positions;
+        self.ropes = self
+            .config
+            .ropes
+            .iter()
+            .map(|r| RopeTable::new(r, positions, &self.device))
+            .collect();
+    }
+
     /// Bytes the weights take on the device (a tied `lm_head` counted once).
     pub fn device_bytes(&self) -> usize {
         let head = if self.tied { 0 } else { self.lm_head.device_bytes() };

@@ -20,7 +20,7 @@ use crate::tokenizer::HfTokenizerFiles;
 use burn::tensor::Device;
 
 /// Plain-object serialisation (maps as objects, `u64` as numbers), as JSON would give.
-fn to_js(value: &impl Serialize) -> Result<JsValue, JsValue> {
+pub(super) fn to_js(value: &impl Serialize) -> Result<JsValue, JsValue> {
     value
         .serialize(&serde_wasm_bindgen::Serializer::json_compatible())
         .map_err(|e| JsValue::from_str(&e.to_string()))
@@ -87,8 +87,14 @@ fn js_images(list: &js_sys::Array) -> Result<Vec<crate::engine::Image>, JsValue>
         .collect()
 }
 
-fn load_error(e: &EngineError) -> JsValue {
-    api_error(&ApiError::cannot_serve(None, "model_load_failed", e.to_string()))
+/// A load that failed: 400 `model_load_failed`; files that do not belong together as one model are an
+/// invalid `source` (422).
+pub(super) fn load_error(e: &EngineError) -> JsValue {
+    match e {
+        EngineError::Shards(_) => source_error(e.to_string()),
+        EngineError::LoadOption { option, .. } => api_error(&ApiError::invalid(option, e.to_string())),
+        _ => api_error(&ApiError::cannot_serve(None, "model_load_failed", e.to_string())),
+    }
 }
 
 /// An invalid `source` (status 422, param `source`, like every invalid load option).
@@ -98,7 +104,7 @@ fn source_error(message: String) -> JsValue {
 
 /// The device named by `device` (`"webgpu"`, `"cpu"` or `"auto"`, the default: a hardware WebGPU adapter,
 /// else the CPU backend) with its description.
-async fn choose_device(device: Option<&str>) -> Result<(Device, DeviceInfo), JsValue> {
+pub(super) async fn choose_device(device: Option<&str>) -> Result<(Device, DeviceInfo), JsValue> {
     match device.unwrap_or("auto") {
         "webgpu" => {
             let gpu = device::gpu()
@@ -164,17 +170,20 @@ pub struct KilnLoader {
 impl KilnLoader {
     /// A loader onto `device` (as for `KilnModel.fromGguf`) of a model in `files` files (default 1),
     /// plus an mmproj file after them where `mmproj` is true; `onUpload(loaded, total)` is called as
-    /// tensors reach the device (bytes of tensor data).
+    /// tensors reach the device (bytes of tensor data). `contextLength`: the positions a request may take
+    /// (default the model's, capped where the device has no room for the KV cache).
     pub async fn gguf(
         device: Option<String>,
         on_upload: Option<js_sys::Function>,
         files: Option<u32>,
         mmproj: Option<bool>,
+        context_length: Option<u32>,
     ) -> Result<KilnLoader, JsValue> {
         super::install_panic_hook();
         let (device, info) = choose_device(device.as_deref()).await?;
         let files = files.unwrap_or(1) as usize;
-        let mut loader = GgufLoader::files(&device, files, reporter(on_upload));
+        let mut loader = GgufLoader::files(&device, files, reporter(on_upload))
+            .with_context(context_length.map(|n| n as usize));
         if mmproj == Some(true) {
             loader = loader.with_mmproj();
         }
@@ -182,6 +191,18 @@ impl KilnLoader {
             inner: Some(loader),
             device: info,
         })
+    }
+
+    /// The length of file `file` (0-based) as its source declares it (`content-length`, a `Blob`'s size):
+    /// a tensor ending past it is refused with the header. Before its first bytes.
+    #[wasm_bindgen(js_name = declareLength)]
+    pub fn declare_length(&mut self, file: u32, bytes: f64) {
+        if let Some(l) = self.inner.as_mut()
+            && bytes.is_finite()
+            && bytes > 0.0
+        {
+            l.declare_len(file as usize, bytes as u64);
+        }
     }
 
     /// Whether file `file`'s header has been parsed (push its next pieces until it has).
@@ -249,7 +270,7 @@ impl KilnModel {
         device: Option<String>,
         on_upload: Option<js_sys::Function>,
     ) -> Result<KilnModel, JsValue> {
-        let mut loader = KilnLoader::gguf(device, on_upload, None, None).await?;
+        let mut loader = KilnLoader::gguf(device, on_upload, None, None, None).await?;
         loader.push(&bytes)?;
         loader.finish(id)
     }
@@ -265,6 +286,7 @@ impl KilnModel {
         device: Option<String>,
         on_upload: Option<js_sys::Function>,
         quantize: Option<String>,
+        context_length: Option<u32>,
     ) -> Result<KilnModel, JsValue> {
         super::install_panic_hook();
         let quantize = quantize
@@ -328,6 +350,7 @@ impl KilnModel {
         };
         let mut report = reporter(on_upload);
         let model = LoadedModel::from_hf_quantized(&id, files, &device, quantize, &mut report)
+            .and_then(|m| m.with_context(context_length.map(|n| n as usize), None))
             .map_err(|e| load_error(&e))?;
         Ok(Self {
             model: Rc::new(model),
@@ -384,6 +407,13 @@ impl KilnModel {
             model: Rc::new(model),
             device: self.device,
         })
+    }
+
+    /// The context the load granted: `{ length, modelLength, kvBytesPerPosition, bound }` (`bound`:
+    /// `"model"`, `"option"`, `"memory"` or `"binding"`, what limits `length`).
+    #[wasm_bindgen(getter)]
+    pub fn context(&self) -> Result<JsValue, JsValue> {
+        to_js(&self.model.context())
     }
 
     /// The model's bytes: `{ weightBytes, deviceBytesInUse, deviceBytesReserved }` (the device figures are

@@ -7,10 +7,13 @@
 //! - [`engine`]: `KilnLoader` (a GGUF file pushed in pieces, each tensor to the device as it arrives),
 //!   `KilnModel` (a loaded model; `chatStream` / `completionStream` validate a request and
 //!   return a `KilnStream` whose `next()` gives chunks and `collect()` the full response).
+//! - [`inspect`]: `KilnInspector` (a model's headers, and whether a device runs it: `Engine.inspect`).
 
 pub mod engine;
+pub mod inspect;
 
 pub use engine::{KilnLoader, KilnModel, KilnStream, check_quantize};
+pub use inspect::KilnInspector;
 
 use serde::Serialize;
 use wasm_bindgen::prelude::*;

@@ -9,52 +9,20 @@
 //! token) with the others, and its tensors are placed as they arrive, under the Hugging Face names of
 //! the family's vision part.
 
-use std::collections::BTreeMap;
-
-use burn::backend::DispatchDevice;
 use burn::tensor::Device;
 
+use super::staging::{Staging, default_limit, stage_all};
 use crate::engine::EngineError;
 use crate::engine::loaded::LoadedModel;
-use crate::kernels::QuantWeight;
 use crate::loader::gguf::TensorInfo;
 use crate::loader::stream::{Event, GgufStream};
-use crate::loader::{Gguf, GgufError, LoadError, split};
-use crate::model::gguf::{self as gguf_model, CONFIG_TENSORS, Fixups};
-use crate::model::layers::state::{self, MAX_SNAPSHOTS};
+use crate::loader::{Gguf, GgufError, LoadError};
+use crate::model::gguf::{self as gguf_model, CONFIG_TENSORS};
 use crate::model::vision::assemble_in;
 use crate::model::vision::gguf as mmproj;
-use crate::model::vision::preprocess::ImageProcessor;
-use crate::model::{Decoder, ModelConfig, Placed, Staged, VisionConfig};
-use crate::tokenizer::ModelTokenizer;
+use crate::model::{Decoder, ModelConfig, Placed};
 
-/// The most weight bytes the CPU backend can hold in wasm32's 4 GiB address space, leaving room for the
-/// KV cache, activations and the module itself.
-pub const WASM_WEIGHT_LIMIT: u64 = (4 << 30) - (512 << 20);
-
-/// What the headers told us, while the tensors arrive.
-struct Staging {
-    config: ModelConfig,
-    tokenizer: ModelTokenizer,
-    /// GGUF name → Hugging Face name.
-    names: BTreeMap<String, String>,
-    /// The converter's changes to undo (q/k permutation, norm shift).
-    fixups: Fixups,
-    staged: Staged,
-    /// The mmproj's part, for a vision-language model.
-    vision: Option<VisionStaging>,
-    loaded: u64,
-    total: u64,
-}
-
-/// What an mmproj's header told us.
-struct VisionStaging {
-    config: VisionConfig,
-    processor: ImageProcessor,
-    names: mmproj::Names,
-    /// mmproj name → Hugging Face name.
-    hf: BTreeMap<String, String>,
-}
+pub use super::staging::WASM_WEIGHT_LIMIT;
 
 /// A GGUF model loading piece by piece, from one file or from the files of a split model (llama.cpp's
 /// `gguf-split`, `loader::split`): [`GgufLoader::push`] (or [`GgufLoader::push_to`] file `i`) the bytes
@@ -87,6 +55,8 @@ struct State<'f> {
     on_upload: Box<dyn FnMut(u64, u64) + 'f>,
     /// The most bytes the weights may take as held on the device.
     weight_limit: Option<u64>,
+    /// The load's `contextLength`.
+    context: Option<usize>,
 }
 
 impl<'f> GgufLoader<'f> {
@@ -109,6 +79,7 @@ impl<'f> GgufLoader<'f> {
                 mmproj: false,
                 on_upload: Box::new(on_upload),
                 weight_limit: default_limit(device),
+                context: None,
             },
             failed: false,
         }
@@ -118,6 +89,14 @@ impl<'f> GgufLoader<'f> {
     /// widened to f32): a model beyond it is refused when its headers are in, before any allocation.
     pub fn with_weight_limit(mut self, limit: Option<u64>) -> Self {
         self.state.weight_limit = limit;
+        self
+    }
+
+    /// Serves at most `positions` positions (the load's `contextLength`); without it the model's own
+    /// context, capped where the device has no room for its KV cache (`runtime::context`). A context the
+    /// device cannot hold is refused with the headers, before any tensor is placed.
+    pub fn with_context(mut self, positions: Option<usize>) -> Self {
+        self.state.context = positions;
         self
     }
 
@@ -131,6 +110,14 @@ impl<'f> GgufLoader<'f> {
             self.state.held.push(None);
         }
         self
+    }
+
+    /// Declares the length of file `file` (before its first bytes): a tensor that would end past it is
+    /// refused, named, once the header parses.
+    pub fn declare_len(&mut self, file: usize, len: u64) {
+        if let Some(stream) = self.streams.get_mut(file) {
+            *stream = std::mem::take(stream).with_len(len);
+        }
     }
 
     /// Whether file `file`'s header has been parsed.
@@ -182,10 +169,11 @@ impl<'f> GgufLoader<'f> {
             };
             return Err(LoadError::Gguf(GgufError::Truncated(what)).into());
         };
+        let (context, model_length) = (state.context, Some(s.model_length));
         let model = match s.vision {
             None => {
                 let decoder = Decoder::assemble(s.config, &mut s.staged, &state.device)?;
-                LoadedModel::new(id, decoder, s.tokenizer)
+                LoadedModel::new(id, decoder, s.tokenizer).with_context(context, model_length)?
             }
             Some(v) => {
                 let config = ModelConfig {
@@ -194,7 +182,9 @@ impl<'f> GgufLoader<'f> {
                 };
                 let (decoder, vision) = assemble_in(config, &mut s.staged, &state.device, v.names.layout)
                     .map_err(|e| mmproj::in_mmproj(e, &v.names))?;
-                LoadedModel::new(id, decoder, s.tokenizer).with_vision(vision, v.processor)?
+                LoadedModel::new(id, decoder, s.tokenizer)
+                    .with_context(context, model_length)?
+                    .with_vision(vision, v.processor)?
             }
         };
         (state.on_upload)(s.total, s.total);
@@ -234,36 +224,13 @@ impl State<'_> {
                     .map(|(j, h)| if j == file { Some(g) } else { h.as_ref() })
                     .collect::<Option<_>>()
                     .unwrap_or_default();
-                let (headers, projector) = match self.mmproj {
-                    true => headers.split_at(headers.len() - 1),
-                    false => (headers.as_slice(), &[][..]),
-                };
-                split::check(headers).map_err(LoadError::Gguf)?;
-                let mut s = match headers {
-                    [one] => stage(one, &self.device, self.weight_limit)?,
-                    [first, rest @ ..] => {
-                        // One view of every file's tensors: the model's (offsets are per file, sizes whole).
-                        let mut all = (*first).clone();
-                        for g in rest {
-                            all.tensors.extend(g.tensors.iter().cloned());
-                        }
-                        stage(&all, &self.device, self.weight_limit)?
-                    }
-                    [] => unreachable!("a loader has at least one file"),
-                };
-                if let (Some(g), Some(lm)) = (projector.first(), headers.first()) {
-                    s.vision = Some(stage_vision(g, lm, &s.config)?);
-                    if let Some(limit) = self.weight_limit {
-                        let all = headers.iter().map(|h| held_bytes(h, &self.device)).sum();
-                        check_fit(g, &self.device, limit, all)?;
-                    }
-                    check_bindings(g, &self.device)?;
-                    s.total += g
-                        .tensors
-                        .iter()
-                        .map(|(_, t)| (t.end - t.start) as u64)
-                        .sum::<u64>();
-                }
+                let s = stage_all(
+                    &headers,
+                    self.mmproj,
+                    &self.device,
+                    self.weight_limit,
+                    self.context,
+                )?;
                 (self.on_upload)(0, s.total);
                 self.staging = Some(s);
                 for (file, name, info, bytes) in std::mem::take(&mut self.early) {
@@ -321,173 +288,6 @@ impl State<'_> {
         (self.on_upload)(s.loaded, s.total);
         Ok(())
     }
-}
-
-/// The header checked against the model it describes, before any tensor is placed: every tensor known,
-/// of the shape the config implies, none missing, and the weights within what the device can hold.
-fn stage(g: &Gguf<'static>, device: &Device, limit: Option<u64>) -> Result<Staging, EngineError> {
-    let config = gguf_model::config_from_metadata(g)?;
-    let tokenizer = ModelTokenizer::from_gguf(g)?;
-    let fixups = gguf_model::fixups(&config);
-    let expected: BTreeMap<String, Vec<usize>> = config
-        .arch
-        .family()
-        .checkpoint_shapes(&config)
-        .into_iter()
-        .collect();
-    let mut names = BTreeMap::new();
-    for (name, info) in &g.tensors {
-        if CONFIG_TENSORS.contains(&name.as_str()) {
-            // Read into the config when it arrives; its shape is known now.
-            let expected = gguf_model::config_tensor_shape(&config);
-            if info.shape() != expected {
-                return Err(LoadError::Shape {
-                    name: name.clone(),
-                    expected,
-                    actual: info.shape(),
-                }
-                .into());
-            }
-            continue;
-        }
-        if config.arch.family().gguf_ignored(&config, name) {
-            continue;
-        }
-        let hf = config
-            .arch
-            .family()
-            .hf_name_of(name)
-            .ok_or_else(|| LoadError::Extra(name.clone()))?;
-        let shape = expected.get(&hf).ok_or_else(|| LoadError::Extra(name.clone()))?;
-        let shape = &config.arch.family().gguf_shape(&hf, shape);
-        if info.shape() != *shape {
-            return Err(LoadError::Shape {
-                name: format!("{name} ({hf})"),
-                expected: shape.clone(),
-                actual: info.shape(),
-            }
-            .into());
-        }
-        names.insert(name.clone(), hf);
-    }
-    let present: std::collections::BTreeSet<&str> = names.values().map(String::as_str).collect();
-    if let Some((missing, _)) = expected
-        .iter()
-        .find(|(hf, _)| *hf != "lm_head.weight" && !present.contains(hf.as_str()))
-    {
-        let g_name = config.arch.family().gguf_name(missing).unwrap_or_default();
-        return Err(LoadError::Missing(format!("{g_name} ({missing})")).into());
-    }
-    if let Some(limit) = limit {
-        // With a recurrent model's states: one sequence's, and the snapshots it may keep.
-        let states: usize = config
-            .layers
-            .iter()
-            .map(|l| state::State::bytes_of(l.cache, 1))
-            .sum();
-        check_fit(g, device, limit, (states * (1 + MAX_SNAPSHOTS)) as u64)?;
-    }
-    check_bindings(g, device)?;
-    let total = g.tensors.iter().map(|(_, t)| (t.end - t.start) as u64).sum();
-    Ok(Staging {
-        config,
-        tokenizer,
-        names,
-        fixups,
-        staged: Staged::new(),
-        vision: None,
-        loaded: 0,
-        total,
-    })
-}
-
-/// The mmproj header `g` checked against the language model's (`lm`, whose config is `text`): its
-/// vision config, how it prepares images, and the Hugging Face name of each of its tensors.
-fn stage_vision(
-    g: &Gguf<'static>,
-    lm: &Gguf<'static>,
-    text: &ModelConfig,
-) -> Result<VisionStaging, EngineError> {
-    let vocab = lm
-        .strings("tokenizer.ggml.tokens")
-        .map_err(LoadError::Gguf)?
-        .unwrap_or_default();
-    let config = mmproj::vision_config(g, text, &vocab)?;
-    let processor = mmproj::image_processor(g, &config)?;
-    let names = mmproj::names(&config, g)?;
-    let hf = g
-        .tensors
-        .iter()
-        .map(|(name, _)| {
-            mmproj::hf_name(name, &names)
-                .map(|hf| (name.clone(), hf))
-                .ok_or_else(|| LoadError::Extra(format!("{name} (mmproj)")))
-        })
-        .collect::<Result<_, _>>()?;
-    Ok(VisionStaging {
-        config,
-        processor,
-        names,
-        hf,
-    })
-}
-
-/// The weight limit of `device`: on the CPU backend in wasm32, the weights must fit in the 4 GiB address
-/// space with room to run; elsewhere none is known up front (WebGPU does not report its memory).
-fn default_limit(device: &Device) -> Option<u64> {
-    let cpu = matches!(device.as_dispatch(), DispatchDevice::Flex(_));
-    (cfg!(target_family = "wasm") && cpu).then_some(WASM_WEIGHT_LIMIT)
-}
-
-/// The bytes the weights of `g` take as `device` would hold them (quantized blocks packed where it has a
-/// kernel, other tensors widened to f32; a table kept in host memory beside a GPU, none).
-fn held_bytes(g: &Gguf<'static>, device: &Device) -> u64 {
-    g.tensors
-        .iter()
-        .filter(|(name, _)| !crate::model::placed::kept_on_host(name, device))
-        .map(|(_, t)| {
-            let elements: usize = t.dims.iter().product();
-            match t.dims.len() == 2 && QuantWeight::keeps(t.ty, t.end - t.start, device) {
-                true => (t.end - t.start) as u64,
-                false => 4 * elements as u64,
-            }
-        })
-        .sum()
-}
-
-/// Refuses a model whose weights take more than `limit` bytes on `device` ([`held_bytes`]), with `more`
-/// bytes of another file's (an mmproj's).
-fn check_fit(g: &Gguf<'static>, device: &Device, limit: u64, more: u64) -> Result<(), EngineError> {
-    let held = held_bytes(g, device) + more;
-    if held > limit {
-        return Err(EngineError::TooLarge {
-            needed: held >> 20,
-            limit: limit >> 20,
-        });
-    }
-    Ok(())
-}
-
-/// Refuses, on wgpu, a matrix one of whose rows exceeds the largest storage buffer binding (a weight is
-/// split across buffers by whole rows, so a row is the unit that must fit).
-fn check_bindings(g: &Gguf<'static>, device: &Device) -> Result<(), EngineError> {
-    let Some(limit) = crate::kernels::max_binding_bytes(device) else {
-        return Ok(());
-    };
-    for (name, t) in &g.tensors {
-        let row = t.ty.row_bytes(t.dims[0]).unwrap_or(0) as u64;
-        if t.dims.len() == 2 && row > limit {
-            return Err(LoadError::Blocks {
-                name: name.clone(),
-                ty: t.ty.name(),
-                reason: format!(
-                    "a row takes {row} bytes, more than the device's largest storage buffer binding ({limit} bytes)"
-                ),
-            }
-            .into());
-        }
-    }
-    Ok(())
 }
 
 /// The header's model with its bytes all there: [`GgufLoader`] fed in one piece.
