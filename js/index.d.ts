@@ -57,6 +57,9 @@ export interface LoadProgress {
 /** A URL of a file, or its bytes. */
 export type FileSource = string | URL | Uint8Array | ArrayBuffer;
 
+/** A GGUF file: a URL, its bytes, or a `Blob` / `File` (read in slices, so it may be past 4 GiB). */
+export type GgufFileSource = FileSource | Blob;
+
 /** The files of a Hugging Face model repository (safetensors weights), each a URL or bytes. */
 export interface HfSource {
   /** `config.json`. */
@@ -79,20 +82,21 @@ export interface HfSource {
 
 /** A vision-language model in llama.cpp's layout: the language model's GGUF and its `mmproj` GGUF. */
 export interface GgufPairSource {
-  model: FileSource | FileSource[];
-  mmproj: FileSource;
+  model: GgufFileSource | GgufFileSource[];
+  mmproj: GgufFileSource;
 }
 
 export interface LoadOptions {
   /** The id requests name in `model`. */
   model: string;
   /**
-   * A URL of a `.gguf` file, or its bytes; or the files of a model split by llama.cpp's `gguf-split`, in
-   * order (`…-00001-of-0000n.gguf` first); or `{ model, mmproj }`, a vision-language model in llama.cpp's
+   * A URL of a `.gguf` file, its bytes, or a `Blob` / `File` (read in slices: a file past 4 GiB loads on
+   * WebGPU); or the files of a model split by llama.cpp's `gguf-split`, in order (the URL of the first,
+   * `…-00001-of-0000n.gguf`, alone finds the others by name); or `{ model, mmproj }`, a vision-language model in llama.cpp's
    * two files (the language model's GGUF, or its split files, and its mmproj GGUF); or a Hugging Face
    * model's files.
    */
-  source: FileSource | FileSource[] | GgufPairSource | HfSource;
+  source: GgufFileSource | GgufFileSource[] | GgufPairSource | HfSource;
   onProgress?: (progress: LoadProgress) => void;
   /** Keep the download in the Cache API, keyed by URL. */
   cache?: boolean;
@@ -123,6 +127,13 @@ export interface LoadOptions {
    * `param: 'prefixCacheBytes'`).
    */
   prefixCacheBytes?: number;
+  /**
+   * The positions (prompt and completion) a request may take; a longer request is a 400
+   * `context_length_exceeded`. Default: the model's own context, capped where the device has no room for
+   * the KV cache (see `ContextGrant`). More than the model's, or than the device can hold, is refused at
+   * load with the numbers (status 422, `param: 'contextLength'`).
+   */
+  contextLength?: number;
   /**
    * CPU backend only: the threads its products run on. On a cross-origin isolated page (headers
    * `Cross-Origin-Opener-Policy: same-origin` and `Cross-Origin-Embedder-Policy: require-corp`) the model runs
@@ -229,6 +240,52 @@ export declare function registerServiceWorker(
   options: Omit<LoadOptions, 'source' | 'cache'> & { source: string | URL | { model: string | URL; mmproj: string | URL }; scope?: string },
 ): Promise<ServiceWorkerModel>;
 
+/** The context a load granted (`Engine.context`). */
+export interface ContextGrant {
+  /** Positions a request (prompt and completion) may take. */
+  length: number;
+  /** The model's own context length. */
+  modelLength: number;
+  /** KV-cache bytes one position of one sequence takes, over every layer. */
+  kvBytesPerPosition: number;
+  /**
+   * What limits `length`: the model's own context, the `contextLength` option, memory (the CPU backend's
+   * wasm32 address space beside the weights; on WebGPU, which does not report the device's memory, a KV
+   * cache of 2 GiB unless `contextLength` asks for more), or a layer's keys fitting one storage binding.
+   */
+  bound: 'model' | 'option' | 'memory' | 'binding';
+}
+
+/** What `Engine.inspect` reads from a model's headers alone, before the download. */
+export interface ModelInspection {
+  /** `general.architecture` (`llama`, `qwen3`, `gemma3`, …). */
+  architecture: string | null;
+  name: string | null;
+  /** Files read (a split model's, and an mmproj). */
+  files: number;
+  parameters: number;
+  /** Bytes of tensor data in the files. */
+  tensorBytes: number;
+  largestTensor: { name: string; bytes: number } | null;
+  /** Bytes of tensor data by GGML type. */
+  types: Record<string, number>;
+  layers: number | null;
+  vocabSize: number | null;
+  /** The model's own context length. */
+  contextLength: number | null;
+  /** Whether the file carries a chat template (without one, chat needs the `chatTemplate` load option). */
+  chatTemplate: boolean;
+  vision: boolean;
+  /** Whether `Engine.load` on this device would get past the headers, and what it would grant. */
+  device: { runs: boolean; weightBytes: number; contextLength: number | null; error: string | null };
+  deviceInfo: DeviceInfo;
+  /**
+   * The machine's memory as the browser tells it (`navigator.deviceMemory`, GiB, coarse: rounded down to a
+   * power of two and capped), or null where it does not. WebGPU reports nothing of the GPU's memory.
+   */
+  hostMemoryGiB: number | null;
+}
+
 /** Where a loaded model's bytes are (`Engine.memory`). */
 export interface MemoryReport {
   /** The weights as held on the device (quantized blocks stay packed). */
@@ -243,6 +300,16 @@ export interface MemoryReport {
 /** A model running on this thread. */
 export declare class Engine implements KilnEngine {
   static load(options: LoadOptions): Promise<Engine>;
+  /**
+   * Reads only the headers of a GGUF `source` (each file's first megabytes) and says what the model is and
+   * whether `device` can run it, before anything large is downloaded.
+   */
+  static inspect(
+    source: LoadOptions['source'],
+    options?: { device?: LoadOptions['device']; cache?: boolean; threads?: number; wasm?: string | URL },
+  ): Promise<ModelInspection>;
+  /** The context the load granted. */
+  readonly context: ContextGrant;
   readonly model: string;
   readonly device: DeviceInfo;
   readonly vision: VisionInfo | null;
@@ -262,6 +329,10 @@ export declare class Engine implements KilnEngine {
  */
 export declare class WorkerEngine implements KilnEngine {
   static load(worker: Worker, options: LoadOptions): Promise<WorkerEngine>;
+  /** As `Engine.inspect`, on this thread. */
+  static inspect: typeof Engine.inspect;
+  /** As `Engine.context`. */
+  readonly context: ContextGrant;
   readonly model: string;
   readonly device: DeviceInfo;
   readonly vision: VisionInfo | null;

@@ -2,7 +2,7 @@
 // `engine.completions.create(request)` with the request objects of OpenAI's `POST /v1/chat/completions` and
 // `POST /v1/completions`. `stream: true` resolves to an async iterator of chunks; otherwise to the full
 // response. This file is plumbing only: the wasm module (`./kiln.js`) validates, generates and shapes.
-import init, { KilnLoader, KilnModel, checkQuantize, deviceReport as singleReport } from './kiln.js';
+import init, { KilnInspector, KilnLoader, KilnModel, checkQuantize, deviceReport as singleReport } from './kiln.js';
 import { accept, serve } from './http.js';
 
 export { registerServiceWorker } from './sw-client.js';
@@ -50,7 +50,7 @@ function singleBuild(wasm) {
     throw new Error('kiln needs WebAssembly SIMD, which this browser lacks (every browser with WebGPU has it, as do Firefox 89+ and Safari 16.4+)');
   }
   single ??= init(wasm === undefined ? undefined : { module_or_path: wasm })
-    .then(() => ({ KilnLoader, KilnModel, checkQuantize, deviceReport: singleReport }));
+    .then(() => ({ KilnInspector, KilnLoader, KilnModel, checkQuantize, deviceReport: singleReport }));
   return single;
 }
 
@@ -172,6 +172,42 @@ const sourceError = (message, code = 'invalid_value') => new KilnError({
 const isBytes = (x) => x instanceof Uint8Array || x instanceof ArrayBuffer;
 const asBytes = (x) => (x instanceof Uint8Array ? x : new Uint8Array(x));
 const isUrl = (x) => typeof x === 'string' || x instanceof URL;
+/** A `Blob` or `File` (a file the user picked): read in slices, so it may be larger than 4 GiB. */
+const isBlob = (x) => typeof Blob === 'function' && x instanceof Blob;
+/** What a GGUF file may be given as: a URL, its bytes, or a `Blob` / `File`. */
+const isGguf = (x) => isUrl(x) || isBytes(x) || isBlob(x);
+
+/** `{ model, mmproj }`: a vision-language model in llama.cpp's two files. */
+const isPair = (x) => x !== null && typeof x === 'object' && !isGguf(x) && !Array.isArray(x) && 'mmproj' in x;
+
+/** llama.cpp's names for the files of a split model (`gguf-split`): `<prefix>-00001-of-0000N.gguf`. */
+const SHARD = /-(\d{5})-of-(\d{5})\.gguf$/;
+
+/**
+ * The files of a split model from its first file's URL: `…-00001-of-0000N.gguf` gives the N URLs that differ
+ * only in the index (query and fragment kept); any other source is the only file.
+ */
+export function shardSources(source) {
+  if (!isUrl(source)) return [source];
+  const url = String(source);
+  const cut = url.search(/[?#]/);
+  const [path, rest] = cut < 0 ? [url, ''] : [url.slice(0, cut), url.slice(cut)];
+  const m = SHARD.exec(path);
+  if (!m || Number(m[1]) !== 1 || Number(m[2]) < 2) return [source];
+  const n = Number(m[2]);
+  return Array.from({ length: n }, (_, i) => `${path.slice(0, m.index)}-${String(i + 1).padStart(5, '0')}-of-${m[2]}.gguf${rest}`);
+}
+
+/**
+ * The length a file declares before it is read: a `Blob`'s size, bytes' length, or a response's
+ * `content-length` (not when the body is content-encoded: the header then counts the compressed bytes).
+ */
+function declaredLength(f) {
+  if (f.blob) return f.blob.size;
+  if (f.bytes) return f.bytes.length;
+  if (f.response.headers.get('content-encoding')) return 0;
+  return Number(f.response.headers.get('content-length')) || 0;
+}
 
 /**
  * Opens `url` (through the Cache API when `cache` is on, keyed by URL); the body is not read yet. A fetched
@@ -234,6 +270,50 @@ async function download(items, cache, onProgress) {
   return out;
 }
 
+/**
+ * One GGUF file of `source` opened for reading in pieces: `{ source, response, reader, bytes, blob, at }`
+ * (a URL through the Cache API when `store` is given; bytes and `Blob`s as they are).
+ */
+async function openGguf(source, store, writes) {
+  const response = isUrl(source) ? await open(String(source), store, writes) : null;
+  return {
+    source,
+    response,
+    reader: response?.body.getReader(),
+    bytes: response || isBlob(source) ? null : asBytes(source),
+    blob: isBlob(source) ? source : null,
+    at: 0,
+  };
+}
+
+/** The next piece of file `f` (of at most `size` bytes where the source is sliced), or null at its end. */
+async function nextPiece(f, size) {
+  if (f.bytes) {
+    if (f.at >= f.bytes.length) return null;
+    const piece = f.bytes.subarray(f.at, f.at + size);
+    f.at += piece.length;
+    return piece;
+  }
+  if (f.blob) {
+    if (f.at >= f.blob.size) return null;
+    let piece;
+    try {
+      piece = new Uint8Array(await f.blob.slice(f.at, f.at + size).arrayBuffer());
+    } catch (e) {
+      throw sourceError(`reading \`source\` (a Blob of ${f.blob.size} bytes) failed: ${e?.message ?? e}`, 'model_fetch_failed');
+    }
+    f.at += piece.length;
+    return piece;
+  }
+  let r;
+  try {
+    r = await f.reader.read();
+  } catch (e) {
+    throw sourceError(`fetching \`source\` ${f.source} failed: ${e?.message ?? e}`, 'model_fetch_failed');
+  }
+  return r.done ? null : r.value;
+}
+
 /** Slices of a bytes source handed to the loader, so that wasm memory never holds the whole file. */
 const PIECE = 16 << 20;
 /** Slices of a bytes source while its header is read (tensors that complete in them wait for the others' headers). */
@@ -247,47 +327,29 @@ const HEADER_PIECE = 1 << 20;
  * fetched, over all files), `parse` (the headers read), `upload` (bytes of tensors on the device),
  * interleaved as the files stream.
  */
-async function streamGguf({ KilnLoader }, model, sources, { cache, device, onProgress, mmproj = false }) {
+async function streamGguf({ KilnLoader }, model, sources, { cache, device, onProgress, mmproj = false, contextLength }) {
   const store = cache && globalThis.caches && sources.some(isUrl) ? await caches.open('kiln-models') : null;
   const writes = [];
   const files = [];
   try {
-    for (const source of sources) {
-      const response = isUrl(source) ? await open(String(source), store, writes) : null;
-      files.push({ source, response, bytes: response ? null : asBytes(source), at: 0, reader: response?.body.getReader() });
-    }
+    for (const source of sources) files.push(await openGguf(source, store, writes));
   } catch (e) {
     for (const f of files) f.reader?.cancel().catch(() => {});
     throw e;
   }
-  let total = files.reduce((n, f) => n + (f.response ? Number(f.response.headers.get('content-length')) || 0 : f.bytes.length), 0);
+  let total = files.reduce((n, f) => n + declaredLength(f), 0);
   let loaded = 0;
   onProgress?.({ phase: 'download', loaded, total });
   let loader;
   try {
     // With an mmproj, it is the last file, after the language model's.
     const lm = mmproj ? files.length - 1 : files.length;
-    loader = await KilnLoader.gguf(device, uploadReporter(onProgress, Math.max(total, 1)), lm, mmproj);
+    loader = await KilnLoader.gguf(device, uploadReporter(onProgress, Math.max(total, 1)), lm, mmproj, contextLength ?? undefined);
+    for (const [i, f] of files.entries()) loader.declareLength(i, declaredLength(f));
   } catch (e) {
     for (const f of files) f.reader?.cancel().catch(() => {});
     throw toError(e);
   }
-  // The next piece of file `f` (null at its end).
-  const next = async (f, size) => {
-    if (f.bytes) {
-      if (f.at >= f.bytes.length) return null;
-      const piece = f.bytes.subarray(f.at, f.at + size);
-      f.at += piece.length;
-      return piece;
-    }
-    let r;
-    try {
-      r = await f.reader.read();
-    } catch (e) {
-      throw sourceError(`fetching \`source\` ${f.source} failed: ${e?.message ?? e}`, 'model_fetch_failed');
-    }
-    return r.done ? null : r.value;
-  };
   const push = (i, piece) => {
     loaded += piece.length;
     // An unknown length (no content-length) is reported as total 0 until the end.
@@ -297,13 +359,13 @@ async function streamGguf({ KilnLoader }, model, sources, { cache, device, onPro
   try {
     for (const [i, f] of files.entries()) {
       while (!loader.headerIn(i)) {
-        const piece = await next(f, HEADER_PIECE);
+        const piece = await nextPiece(f, HEADER_PIECE);
         if (!piece) break;
         push(i, piece);
       }
     }
     for (const [i, f] of files.entries()) {
-      for (let piece = await next(f, PIECE); piece; piece = await next(f, PIECE)) push(i, piece);
+      for (let piece = await nextPiece(f, PIECE); piece; piece = await nextPiece(f, PIECE)) push(i, piece);
     }
     total = loaded;
     onProgress?.({ phase: 'download', loaded: total, total });
@@ -442,11 +504,11 @@ function ggufPair(source) {
   for (const k of Object.keys(source)) {
     if (k !== 'model' && k !== 'mmproj') throw sourceError(`\`source.${k}\` is not part of \`{ model, mmproj }\``);
   }
-  const lm = Array.isArray(source.model) ? source.model : [source.model];
-  if (lm.length === 0 || !lm.every((x) => isUrl(x) || isBytes(x))) {
+  const lm = Array.isArray(source.model) ? source.model : shardSources(source.model);
+  if (lm.length === 0 || !lm.every(isGguf)) {
     throw sourceError('`source.model` must be the URL or bytes of the language model\'s .gguf file (or the list of a split model\'s files)');
   }
-  if (!isUrl(source.mmproj) && !isBytes(source.mmproj)) {
+  if (!isGguf(source.mmproj)) {
     throw sourceError('`source.mmproj` must be the URL or bytes of the model\'s mmproj .gguf file');
   }
   return [...lm, source.mmproj];
@@ -482,8 +544,62 @@ export class Engine {
   #queue = new Queue();
 
   /**
-   * Loads a model. `source`: a URL of a `.gguf` file, or its bytes (`Uint8Array` / `ArrayBuffer`), or a
-   * list of them (a model split by llama.cpp's `gguf-split`: `…-00001-of-0000n.gguf` first), or `{ model,
+   * What a model picker needs before the download: reads only the headers of `source` (any GGUF source
+   * `load` takes; each file's first megabytes, its download stopped once the header is in) and resolves to
+   * `{ architecture, name, files, parameters, tensorBytes, largestTensor: { name, bytes }, types, layers,
+   * vocabSize, contextLength, chatTemplate, vision, device: { runs, weightBytes, contextLength, error },
+   * deviceInfo }`: `device.runs` says whether `load` on this `device` (`'auto'` by default, chosen as `load`
+   * chooses) would get past the headers, `device.error` why not (the load's message: the weights against
+   * the CPU backend's 4 GiB address space, a row against the largest storage binding, …), and
+   * `device.contextLength` the context it would grant; `hostMemoryGiB` what the browser tells of the
+   * machine's memory (`navigator.deviceMemory`, or null). `cache: true` reads a file the Cache API holds.
+   */
+  static async inspect(source, { device = 'auto', cache = false, threads, wasm } = {}) {
+    device ??= 'auto';
+    if (!['webgpu', 'cpu', 'auto'].includes(device)) {
+      throw optionError('device', `\`device\` must be "webgpu", "cpu" or "auto", got ${JSON.stringify(device)}`);
+    }
+    const pair = isPair(source);
+    let sources;
+    if (pair) sources = ggufPair(source);
+    else if (Array.isArray(source) && source.length > 0 && source.every(isGguf)) sources = source;
+    else if (isGguf(source)) sources = shardSources(source);
+    else throw sourceError('`source` must be the URL, bytes or Blob of a .gguf file, a list of them (the files of a split model, in order) or `{ model, mmproj }`');
+    const build = await buildFor(device, threads, wasm);
+    const store = cache && globalThis.caches && sources.some(isUrl) ? await caches.open('kiln-models') : null;
+    const files = [];
+    let inspector;
+    try {
+      for (const x of sources) {
+        const hit = isUrl(x) && store ? await store.match(String(x)) : undefined;
+        files.push(hit ? { source: x, response: hit, reader: hit.body.getReader(), at: 0 } : await openGguf(x, null, []));
+      }
+      inspector = new build.wasm.KilnInspector(pair ? files.length - 1 : files.length, pair);
+      for (const [i, f] of files.entries()) {
+        inspector.declareLength(i, declaredLength(f));
+        while (!inspector.headerIn(i)) {
+          const piece = await nextPiece(f, HEADER_PIECE);
+          if (!piece) break;
+          inspector.pushTo(i, piece);
+        }
+      }
+      const report = await inspector.report(build.device);
+      // What the browser tells of the machine's memory (`navigator.deviceMemory`: GiB, rounded down to a
+      // power of two and capped, where the browser gives it at all). WebGPU says nothing of the GPU's.
+      return { ...report, hostMemoryGiB: globalThis.navigator?.deviceMemory ?? null };
+    } catch (e) {
+      throw toError(e);
+    } finally {
+      for (const f of files) f.reader?.cancel().catch(() => {});
+      inspector?.free();
+    }
+  }
+
+  /**
+   * Loads a model. `source`: a URL of a `.gguf` file, its bytes (`Uint8Array` / `ArrayBuffer`) or a `Blob`
+   * / `File` (read in slices: a file past 4 GiB loads on WebGPU), or a list of them (a model split by
+   * llama.cpp's `gguf-split`, in order; the URL of the first, `…-00001-of-0000n.gguf`, finds the others by
+   * name), or `{ model,
    * mmproj }` (a vision-language model in llama.cpp's layout: the language model's GGUF, or its list, and
    * its `mmproj` GGUF; both stream), or a Hugging Face model's files `{ config, tokenizer, tokenizerConfig?, chatTemplate?, generationConfig?,
    * index?, weights: [...] }` (URLs or bytes). `device`: `'webgpu'`, `'cpu'` or `'auto'` (WebGPU when there is
@@ -496,9 +612,12 @@ export class Engine {
    * model: without one, chat requests are a 400 `no_chat_template` and completions still work).
    * `prefixCacheBytes` (default 128 MiB) bounds the KV states kept of recent sequences: a request whose
    * prompt starts with one (the earlier turns of a chat) prefills only the rest, and reports the reused
-   * tokens as `usage.prompt_tokens_details.cached_tokens`; 0 keeps none.
+   * tokens as `usage.prompt_tokens_details.cached_tokens`; 0 keeps none. `contextLength` (default the
+   * model's own, capped where the device has no room for the KV cache) bounds the positions a request may
+   * take; `engine.context` says what was granted and why. Every size limit is checked from the headers,
+   * before the rest of the download: a model the device cannot hold is refused at once, with its numbers.
    */
-  static async load({ model, source, onProgress, cache = false, device = 'auto', quantize, chatTemplate, prefixCacheBytes, threads, wasm } = {}) {
+  static async load({ model, source, onProgress, cache = false, device = 'auto', quantize, chatTemplate, prefixCacheBytes, contextLength, threads, wasm } = {}) {
     if (typeof model !== 'string' || model === '') {
       throw new KilnError({ status: 422, error: { message: '`model` (the id requests name) must be a non-empty string', type: 'invalid_request_error', param: 'model', code: 'invalid_value' } });
     }
@@ -507,6 +626,9 @@ export class Engine {
     }
     if (prefixCacheBytes !== undefined && prefixCacheBytes !== null && !(Number.isInteger(prefixCacheBytes) && prefixCacheBytes >= 0)) {
       throw new KilnError({ status: 422, error: { message: '`prefixCacheBytes` must be a whole number of bytes (0 or more)', type: 'invalid_request_error', param: 'prefixCacheBytes', code: 'invalid_value' } });
+    }
+    if (contextLength !== undefined && contextLength !== null && !(Number.isInteger(contextLength) && contextLength >= 1 && contextLength <= 0xffffffff)) {
+      throw optionError('contextLength', '`contextLength` must be a whole number of positions, 1 or more');
     }
     device ??= 'auto';
     if (!['webgpu', 'cpu', 'auto'].includes(device)) {
@@ -523,26 +645,26 @@ export class Engine {
         throw toError(e);
       }
     }
-    const ggufFiles = Array.isArray(source) && source.length > 0 && source.every((x) => isUrl(x) || isBytes(x));
-    const pair = source && typeof source === 'object' && !isBytes(source) && !isUrl(source) && 'mmproj' in source;
-    if (quantize !== undefined && quantize !== null && (isUrl(source) || isBytes(source) || ggufFiles || pair)) {
+    const ggufFiles = Array.isArray(source) && source.length > 0 && source.every(isGguf);
+    const pair = isPair(source);
+    if (quantize !== undefined && quantize !== null && (isGguf(source) || ggufFiles || pair)) {
       throw new KilnError({ status: 422, error: { message: '`quantize` applies to Hugging Face (safetensors) sources; a GGUF file keeps the types it was quantized to', type: 'invalid_request_error', param: 'quantize', code: 'invalid_value' } });
     }
-    if (isUrl(source) || isBytes(source) || ggufFiles) {
-      const sources = ggufFiles ? source : [source];
-      inner = await streamGguf(build.wasm, model, sources, { cache, device: build.device, onProgress });
+    if (isGguf(source) || ggufFiles) {
+      const sources = ggufFiles ? source : shardSources(source);
+      inner = await streamGguf(build.wasm, model, sources, { cache, device: build.device, onProgress, contextLength });
     } else if (pair) {
-      inner = await streamGguf(build.wasm, model, ggufPair(source), { cache, device: build.device, onProgress, mmproj: true });
+      inner = await streamGguf(build.wasm, model, ggufPair(source), { cache, device: build.device, onProgress, mmproj: true, contextLength });
     } else if (source && typeof source === 'object' && 'config' in source) {
       const files = await hfFiles(source, cache, onProgress);
       const size = files.weights.reduce((n, w) => n + w.bytes.length, 0);
       try {
-        inner = await KilnModel.fromHf(model, files, build.device, uploadReporter(onProgress, size), quantize ?? undefined);
+        inner = await KilnModel.fromHf(model, files, build.device, uploadReporter(onProgress, size), quantize ?? undefined, contextLength ?? undefined);
       } catch (e) {
         throw toError(e);
       }
     } else {
-      throw sourceError('`source` must be the URL or bytes of a .gguf file, a list of them (the files of a split model, in order), `{ model, mmproj }` (a vision-language model in llama.cpp\'s two files), or `{ config, tokenizer, weights, ... }`');
+      throw sourceError('`source` must be the URL, bytes or Blob of a .gguf file (the first file of a split model finds the others by name), a list of them (the files of a split model, in order), `{ model, mmproj }` (a vision-language model in llama.cpp\'s two files), or `{ config, tokenizer, weights, ... }`');
     }
     if (typeof chatTemplate === 'string') {
       try {
@@ -590,6 +712,16 @@ export class Engine {
 
   /** The device the model runs on: `{ kind, backend, adapter, deviceType, shaderF16, subgroups, features, limits, gemv }`. */
   get device() { return this.#model?.device ?? null; }
+
+  /**
+   * The context the load granted: `{ length, modelLength, kvBytesPerPosition, bound }`. `length` positions
+   * (prompt and completion) a request may take — a longer one is a 400 `context_length_exceeded`;
+   * `modelLength` the model's own; `bound` what limits `length`: `'model'`, `'option'` (`contextLength`),
+   * `'memory'` (the CPU backend's address space, or on WebGPU, where the device's memory is not reported,
+   * a KV cache of 2 GiB unless `contextLength` asks for more) or `'binding'` (a layer's keys must fit one
+   * storage buffer binding).
+   */
+  get context() { return this.#model?.context ?? null; }
 
   /**
    * The model's bytes now: `{ weightBytes, prefixCacheBytes, deviceBytesInUse, deviceBytesReserved }` (weights
@@ -699,7 +831,7 @@ async function* chunks(stream, signal, release) {
 export function absoluteSource(source) {
   const absolute = (x) => (isUrl(x) ? new URL(String(x), globalThis.location?.href).href : x);
   const each = (x) => (Array.isArray(x) ? x.map(absolute) : absolute(x));
-  if (source && typeof source === 'object' && !isBytes(source) && !isUrl(source) && 'mmproj' in source) {
+  if (isPair(source)) {
     return { ...source, model: each(source.model), mmproj: absolute(source.mmproj) };
   }
   return each(source);
@@ -760,7 +892,14 @@ export class WorkerEngine {
     engine.memory = info.memory;
     /** As `Engine.vision`. */
     engine.vision = info.vision;
+    /** As `Engine.context`. */
+    engine.context = info.context;
     return engine;
+  }
+
+  /** As `Engine.inspect` (on this thread: it reads headers only and places nothing). */
+  static inspect(source, options) {
+    return Engine.inspect(source, options);
   }
 
   constructor(worker) {

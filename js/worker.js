@@ -21,7 +21,7 @@ async function load(id, { options, progress }) {
   if (engine) await engine.unload();
   engine = null;
   engine = await Engine.load({ ...options, onProgress });
-  post({ kiln: 'result', id, value: { model: engine.model, device: engine.device, threads: engine.threads, memory: engine.memory, vision: engine.vision } });
+  post({ kiln: 'result', id, value: { model: engine.model, device: engine.device, threads: engine.threads, memory: engine.memory, vision: engine.vision, context: engine.context } });
 }
 
 async function create(id, { kind, request, images }) {

@@ -3,8 +3,9 @@
 // the page's thread) and once with `WorkerEngine` (the model in a module Web Worker): load a GGUF from a URL
 // with progress, the full and streaming paths of both endpoints, validation errors as KilnError, abort
 // mid-stream followed by an exact request, two concurrent requests (FIFO), JSON mode (llguidance in wasm), the
-// CPU backend giving WebGPU's greedy text, loading through the Cache API, a model split in two GGUF files,
-// and a Hugging Face model
+// CPU backend giving WebGPU's greedy text, loading through the Cache API, a model split in two GGUF files
+// (given as a list, and as the first file's URL alone), a `Blob` source, `contextLength`, `inspect`, and a
+// Hugging Face model
 // (config.json + tokenizer files + safetensors) loaded by URL.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -108,8 +109,34 @@ async function cases(mode) {
     await splitBytes.unload();
     const splitError = await load({ model: 'tiny', source: [...shards].reverse(), device: 'cpu' }).then(
       () => null,
+      (e) => ({ status: e.status, code: e.code, param: e.param, message: e.message }),
+    );
+    // The first file's URL alone finds the others by name; a `Blob` (a picked `File`) streams in slices.
+    const byName = await load({ model: 'tiny', source: shards[0], device: 'cpu' });
+    const fromName = await byName.chat.completions.create(req);
+    await byName.unload();
+    const blob = new Blob([await (await fetch('/fixtures/gguf/tiny-llama.gguf')).arrayBuffer()]);
+    const blobEngine = await load({ model: 'tiny', source: blob, device: 'cpu' });
+    const fromBlob = await blobEngine.chat.completions.create(req);
+    await blobEngine.unload();
+    // `contextLength`: granted and reported; a request past it is the 400 of any request past the context;
+    // more than the model's own is refused at load.
+    const short = await load({ model: 'tiny', source: '/fixtures/gguf/tiny-llama.gguf', device: 'cpu', contextLength: 24 });
+    const shortContext = short.context;
+    const withinShort = await short.chat.completions.create({ ...req, max_tokens: 4 });
+    const pastShort = await short.chat.completions.create({ ...req, max_tokens: 40 }).then(
+      () => null,
       (e) => ({ status: e.status, code: e.code, message: e.message }),
     );
+    await short.unload();
+    const tooLong = await load({ model: 'tiny', source: '/fixtures/gguf/tiny-llama.gguf', device: 'cpu', contextLength: 100000 }).then(
+      () => null,
+      (e) => ({ status: e.status, param: e.param, message: e.message }),
+    );
+    // `inspect`: what a model picker needs, from the headers alone.
+    const Api = mode === 'main' ? Engine : WorkerEngine;
+    const inspected = await Api.inspect('/fixtures/gguf/tiny-llama.gguf', { device: 'cpu' });
+    const inspectedSplit = await Api.inspect(shards[0], { device: 'cpu' });
     // A Hugging Face directory by URL: the golden tiny Llama with its tokenizer files.
     const hfProgress = [];
     const dir = '/fixtures/golden/llama/';
@@ -183,7 +210,8 @@ async function cases(mode) {
       denseBytes, q8Bytes, q8Completion, quantizeErrors, sourceErrors,
       progress, device, full, streamed, chunks, completion, completionStreamed, error, aborted, seen,
       runningDone, queuedAbort, after, a, b, onCpu, cpuDevice, hfProgress, hfCompletion, golden, json, cached, fromCache,
-      splitProgress, fromSplit, fromSplitBytes, splitError,
+      splitProgress, fromSplit, fromSplitBytes, splitError, fromName, fromBlob, shortContext, withinShort, pastShort, tooLong,
+      inspected, inspectedSplit,
     };
   } finally {
     for (const w of workers) w.terminate();
@@ -269,8 +297,31 @@ for (const mode of (process.env.KILN_E2E_MODES ?? 'main,worker').split(',')) {
       assert.equal(text(r.fromSplit), text(r.full), 'a model split in two files is the same model');
       assert.equal(text(r.fromSplitBytes), text(r.full), 'split files as bytes too');
       assertProgress(r.splitProgress, 'split files');
-      assert.equal(r.splitError?.status, 400, JSON.stringify(r.splitError));
+      assert.equal(r.splitError?.status, 422, JSON.stringify(r.splitError));
+      assert.equal(r.splitError.param, 'source', JSON.stringify(r.splitError));
       assert.match(r.splitError.message, /split\.no/, r.splitError.message);
+      assert.equal(text(r.fromName), text(r.full), 'the first shard\'s URL finds the second by name');
+      assert.equal(text(r.fromBlob), text(r.full), 'a Blob source is the same model');
+      assert.deepEqual(r.shortContext, { length: 24, modelLength: 256, kvBytesPerPosition: r.shortContext.kvBytesPerPosition, bound: 'option' });
+      assert.ok(r.shortContext.kvBytesPerPosition > 0);
+      assert.equal(r.withinShort.choices[0].finish_reason !== undefined, true);
+      assert.equal(r.pastShort?.status, 400, JSON.stringify(r.pastShort));
+      assert.equal(r.pastShort.code, 'context_length_exceeded');
+      assert.match(r.pastShort.message, /maximum context length is 24 tokens/);
+      assert.equal(r.tooLong?.status, 422, JSON.stringify(r.tooLong));
+      assert.equal(r.tooLong.param, 'contextLength');
+      assert.match(r.tooLong.message, /100000 positions is more than the model's context length of 256/);
+      const i = r.inspected;
+      assert.equal(i.architecture, 'llama');
+      assert.equal(i.files, 1);
+      assert.equal(i.contextLength, 256);
+      assert.equal(i.chatTemplate, true);
+      assert.equal(i.device.runs, true, JSON.stringify(i.device));
+      assert.equal(i.device.contextLength, 256);
+      assert.ok(i.parameters > 0 && i.tensorBytes > 0 && i.largestTensor.bytes > 0, JSON.stringify(i));
+      assert.equal(i.deviceInfo.kind, 'cpu');
+      assert.equal(r.inspectedSplit.files, 2);
+      assert.equal(r.inspectedSplit.parameters, i.parameters, 'the split files hold the same tensors');
       if (r.json.choices[0].finish_reason === 'stop') {
         const value = JSON.parse(text(r.json));
         assert.equal(typeof value, 'object', text(r.json));
