@@ -193,3 +193,24 @@ fn a_whole_file_shorter_than_its_tensors_is_truncated_not_malformed() {
     bytes.extend([0u8; 16]);
     Gguf::parse(&bytes).unwrap();
 }
+
+#[test]
+fn a_header_only_stream_reads_the_header_and_gathers_no_tensor() {
+    let mut bytes = header(&[("t", &[1024], F32, 0)]);
+    bytes.extend(vec![0u8; 8192]);
+    let events = |mut stream: GgufStream| {
+        let mut seen = Vec::new();
+        for piece in bytes.chunks(1000) {
+            stream
+                .push::<LoadError>(piece, &mut |e| {
+                    seen.push(matches!(e, Event::Header(_)));
+                    Ok(())
+                })
+                .unwrap();
+        }
+        seen
+    };
+    // A loading stream hands over the header, then `t`; a header-only one the header alone.
+    assert_eq!(events(GgufStream::new()), [true, false]);
+    assert_eq!(events(GgufStream::new().header_only()), [true]);
+}

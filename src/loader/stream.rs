@@ -45,6 +45,8 @@ pub struct GgufStream {
     len: Option<u64>,
     /// The header gathered so far is retried once it reaches this length (doubling: linear work overall).
     retry_at: usize,
+    /// Stop at the header: the bytes after it are not looked at ([`GgufStream::header_only`]).
+    header_only: bool,
     header: Option<Gguf<'static>>,
     /// Indices into the header's tensors, by start offset.
     order: Vec<usize>,
@@ -65,6 +67,7 @@ impl GgufStream {
             pos: 0,
             retry_at: 0,
             len: None,
+            header_only: false,
             header: None,
             order: Vec::new(),
             next: 0,
@@ -78,6 +81,13 @@ impl GgufStream {
         self
     }
 
+    /// A stream that reads the header and nothing after it (an inspection): no tensor is gathered, so its
+    /// memory is the header's alone.
+    pub fn header_only(mut self) -> Self {
+        self.header_only = true;
+        self
+    }
+
     /// Feeds the next bytes of the file; `on` sees the header once it parses and each tensor once it is
     /// complete. An error from `on` stops the stream and is returned.
     pub fn push<E: From<LoadError>>(
@@ -86,7 +96,10 @@ impl GgufStream {
         on: &mut dyn FnMut(Event<'_>) -> Result<(), E>,
     ) -> Result<(), E> {
         if self.header.is_some() {
-            return self.data(piece, on);
+            return match self.header_only {
+                true => Ok(()),
+                false => self.data(piece, on),
+            };
         }
         if self.buf.is_empty() {
             // The whole header may be in this first piece (all of a file's bytes at once): parse it in
@@ -144,7 +157,9 @@ impl GgufStream {
         self.header = Some(header);
         // The bytes after the header are the start of the data section.
         self.pos = 0;
-        self.data(bytes, on)?;
+        if !self.header_only {
+            self.data(bytes, on)?;
+        }
         Ok(true)
     }
 

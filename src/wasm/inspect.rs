@@ -26,7 +26,7 @@ impl KilnInspector {
         super::install_panic_hook();
         let n = files.unwrap_or(1).max(1) as usize;
         Self {
-            streams: (0..n).map(|_| GgufStream::new()).collect(),
+            streams: (0..n).map(|_| GgufStream::new().header_only()).collect(),
             headers: vec![None; n],
             mmproj: mmproj == Some(true),
         }
@@ -39,7 +39,7 @@ impl KilnInspector {
             && bytes.is_finite()
             && bytes > 0.0
         {
-            *s = std::mem::take(s).with_len(bytes as u64);
+            *s = std::mem::take(s).header_only().with_len(bytes as u64);
         }
     }
 
