@@ -33,6 +33,11 @@ use kiln::loader::Gguf;
 /// The heap now, and its most since the last [`reset_peak`].
 static CURRENT: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
+/// Allocations of [`BIG`] bytes or more since the last [`reset_peak`]. In a wasm module's memory, which
+/// never shrinks, each is a block the module keeps: two of them (an earlier large tensor's freed block
+/// beside a larger one's) add up, where the live bytes this allocator counts do not show it.
+static BIG_ALLOCS: AtomicUsize = AtomicUsize::new(0);
+const BIG: usize = 64 << 20;
 
 struct Counting;
 
@@ -40,6 +45,9 @@ struct Counting;
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let p = unsafe { System.alloc(layout) };
+        if layout.size() >= BIG {
+            BIG_ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
         if !p.is_null() {
             let now = CURRENT.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
             PEAK.fetch_max(now, Ordering::Relaxed);
@@ -52,6 +60,9 @@ unsafe impl GlobalAlloc for Counting {
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if new_size >= BIG && new_size > layout.size() {
+            BIG_ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
         if !p.is_null() {
             if new_size >= layout.size() {
                 let now =
@@ -69,6 +80,7 @@ unsafe impl GlobalAlloc for Counting {
 static ALLOCATOR: Counting = Counting;
 
 fn reset_peak() -> usize {
+    BIG_ALLOCS.store(0, Ordering::Relaxed);
     let now = CURRENT.load(Ordering::Relaxed);
     PEAK.store(now, Ordering::Relaxed);
     now
@@ -133,6 +145,8 @@ struct Streamed {
     /// The heap when the headers were staged (the loader's first report), and its most above that.
     staged_at: usize,
     peak_above: usize,
+    /// Allocations of 64 MiB or more after the staging.
+    big_allocs: usize,
     /// The first bytes of the file (its header, for [`inspect`]).
     head: Vec<u8>,
 }
@@ -175,6 +189,7 @@ fn stream(from: &mut impl Read, device: &Device, limit: Option<u64>) -> Streamed
         pushed,
         staged_at,
         peak_above,
+        big_allocs: BIG_ALLOCS.load(Ordering::Relaxed),
         head,
     }
 }
@@ -200,6 +215,12 @@ fn check_bound(what: &str, s: &Streamed) -> (String, usize) {
         s.peak_above / MIB,
         size / MIB,
         (size + SLACK) / MIB
+    );
+    // One large block (the gather buffer, of the largest tensor's size) for the whole load.
+    assert!(
+        s.big_allocs <= 1,
+        "{what}: {} allocations of 64 MiB or more while loading (a wasm module keeps each)",
+        s.big_allocs
     );
     assert!(
         s.peak_above <= size + SLACK,

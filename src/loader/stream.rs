@@ -4,7 +4,8 @@
 //! header (until it parses) or the one tensor being completed.
 //!
 //! A tensor that lies whole inside one pushed piece is handed over as a slice of it (no copy); one that
-//! spans pieces is gathered into a buffer that is reused from tensor to tensor. Tensors are handed over in
+//! spans pieces is gathered into one buffer of the file's largest tensor's size, reused from tensor to
+//! tensor ([`gather_buffer`]). Tensors are handed over in
 //! file order, which need not be the order of the tensor infos. Bytes between tensors (alignment padding)
 //! and after the last one are skipped.
 
@@ -21,6 +22,30 @@ fn fail<E: From<LoadError>>(e: GgufError) -> E {
 /// `n` bytes, at most `limit` (a piece's length).
 fn clamp(n: u64, limit: usize) -> usize {
     usize::try_from(n).map_or(limit, |n| n.min(limit))
+}
+
+/// The buffer tensors are gathered in, for the whole file: one allocation of the largest tensor's size,
+/// made when the first tensor that spans pieces begins, freed after the file's last tensor. Gathering each tensor in a buffer of its own size (or growing one) would
+/// leave, in a wasm module's memory (which never shrinks), the freed block of an earlier large tensor
+/// beside the new block of a larger one: measured, the 8B shape's load grew the module by its
+/// `token_embd` (282 MB) and its `output.weight` (431 MB) together.
+fn gather_buffer<E: From<LoadError>>(header: &Gguf<'static>) -> Result<Vec<u8>, E> {
+    let Some((name, info)) = header.tensors.iter().max_by_key(|(_, t)| t.size()) else {
+        return Ok(Vec::new());
+    };
+    let size = usize::try_from(info.size()).map_err(|_| {
+        fail(GgufError::Malformed(format!(
+            "tensor `{name}` takes {} bytes, more than this platform can address",
+            info.size()
+        )))
+    })?;
+    let mut buf = Vec::new();
+    buf.try_reserve_exact(size).map_err(|_| {
+        fail(GgufError::Malformed(format!(
+            "tensor `{name}` takes {size} bytes, more than this platform could allocate"
+        )))
+    })?;
+    Ok(buf)
 }
 
 /// What a pushed piece completed.
@@ -206,20 +231,10 @@ impl GgufStream {
                     bytes: &piece[..take],
                 })?;
             } else {
-                if self.buf.is_empty() {
-                    // One allocation of the tensor's size (growing by doubling would hold 1.5× at once).
-                    let size = usize::try_from(info.size()).map_err(|_| {
-                        fail(GgufError::Malformed(format!(
-                            "tensor `{name}` takes {} bytes, more than this platform can address",
-                            info.size()
-                        )))
-                    })?;
-                    self.buf.try_reserve_exact(size).map_err(|_| {
-                        fail(GgufError::Malformed(format!(
-                            "tensor `{name}` takes {size} bytes, more than this platform could allocate"
-                        )))
-                    })?;
+                if self.buf.capacity() == 0 {
+                    self.buf = gather_buffer(header)?;
                 }
+                // The buffer holds the largest tensor ([`gather_buffer`]): this never reallocates.
                 self.buf.extend_from_slice(&piece[..take]);
                 if take as u64 == need {
                     on(Event::Tensor {
@@ -234,6 +249,10 @@ impl GgufStream {
             piece = &piece[take..];
             if self.pos == info.end {
                 self.next += 1;
+                if self.next == self.order.len() {
+                    // The file's last tensor: its buffer goes (another file of the model may follow).
+                    self.buf = Vec::new();
+                }
             }
         }
         Ok(())
