@@ -121,15 +121,19 @@ impl LoadedModel {
         requested: Option<usize>,
         model_length: Option<usize>,
     ) -> Result<Self, EngineError> {
-        let model_length = model_length.unwrap_or(self.decoder.config.max_position_embeddings);
+        // What the config holds now: the model's own, or the loader's first estimate of the grant (its rope
+        // tables are built for it; `Engine.inspect` reports the same estimate).
+        let first = self.decoder.config.max_position_embeddings;
+        let model_length = model_length.unwrap_or(first);
         let room = Room::of_decoder(&self.decoder);
-        let grant = context::grant(
+        let mut grant = context::grant(
             &room,
             self.decoder.device(),
             model_length,
             requested,
             self.prefixes.budget() as u64,
         )?;
+        grant.length = grant.length.min(first);
         self.decoder.grant_context(grant.length);
         self.spec.context_length = grant.length;
         self.context = grant;
@@ -244,7 +248,7 @@ impl LoadedModel {
     pub fn memory(&self) -> MemoryReport {
         let pool = self.decoder.device().memory_pool_usage();
         MemoryReport {
-            weight_bytes: self.decoder.device_bytes() as u64,
+            weight_bytes: self.decoder.device_bytes(),
             prefix_cache_bytes: self.prefixes.bytes() as u64,
             device_bytes_in_use: pool.as_ref().map(|p| p.bytes_in_use),
             device_bytes_reserved: pool.map(|p| p.bytes_reserved),

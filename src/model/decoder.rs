@@ -243,17 +243,21 @@ impl Decoder {
             .collect();
     }
 
-    /// Bytes the weights take on the device (a tied `lm_head` counted once).
-    pub fn device_bytes(&self) -> usize {
-        let head = if self.tied { 0 } else { self.lm_head.device_bytes() };
-        let head = head + self.per_layer.as_ref().map_or(0, PerLayer::device_bytes);
-        let linears: usize = self
+    /// Bytes the weights take on the device (a tied `lm_head` counted once). `u64`: a model's weights on a
+    /// GPU may pass wasm32's 4 GiB (each tensor's bytes fit a `usize`; their sum need not).
+    pub fn device_bytes(&self) -> u64 {
+        let head = match self.tied {
+            true => 0,
+            false => self.lm_head.device_bytes() as u64,
+        };
+        let per_layer = self.per_layer.as_ref().map_or(0, |p| p.device_bytes() as u64);
+        let linears: u64 = self
             .blocks
             .iter()
             .flat_map(|b| b.linears())
-            .map(|l| l.weight.device_bytes())
+            .map(|l| l.weight.device_bytes() as u64)
             .sum();
-        self.embed.device_bytes() + head + linears
+        self.embed.device_bytes() as u64 + head + per_layer + linears
     }
 
     /// An empty cache for `batch` sequences of up to `capacity` positions (allocated as it fills), each

@@ -97,7 +97,7 @@ impl Room {
             burn::tensor::DType::F16 => 2,
             _ => 4,
         };
-        Self::of(&decoder.config, elem, decoder.device_bytes() as u64)
+        Self::of(&decoder.config, elem, decoder.device_bytes())
     }
 }
 
