@@ -76,11 +76,16 @@ pub fn bench_vision(args: &[String]) -> Result<(), String> {
         .args(theirs))
 }
 
+/// Installs (apt) the Python packages gguf-py needs, where missing.
+pub fn python_packages() -> Result<(), String> {
+    setup::apt_install(&PYTHON_PACKAGES)
+}
+
 /// A Python that imports gguf-py from the data cache's llama.cpp sources (`tests/fixtures/make_*_bench_files.py`
 /// write with it): Debian's interpreter with the packages gguf-py needs installed where missing, run from
 /// `root`.
 pub fn gguf_python(root: &Path, cache: &Path) -> Result<Command, String> {
-    setup::apt_install(&PYTHON_PACKAGES)?;
+    python_packages()?;
     let gguf_py = cache.join("llama.cpp").join("gguf-py");
     if !gguf_py.join("gguf").join("__init__.py").is_file() {
         return Err(format!(

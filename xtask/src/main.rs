@@ -8,15 +8,16 @@
 //!   browser).
 //! - `demo`: builds the npm package into `pkg/` and serves `www/` + `pkg/` on http://127.0.0.1:8080.
 //! - `bench`: kiln in headless Chromium (WebGPU and CPU) and natively (wgpu and CPU) beside wllama on the
-//!   default model; prints a table and writes `target/bench/bench.json` (see [`bench`]); `--vision` and
-//!   `--families` run the image and the 2026-families benchmarks instead (see [`bench_vision`],
-//!   [`bench_families`]).
+//!   default model; prints a table and writes `target/bench/bench.json` (see [`bench`]); `--vision`,
+//!   `--families` and `--big` run the image, the 2026-families and the 7–8B benchmarks instead (see
+//!   [`bench_vision`], [`bench_families`], [`bench_big`]).
 //! - `gpu-bench`: builds the GPU benchmark that travels into `target/gpu-bench/` (see [`gpu_bench`]).
 //! - `fetch`: only the data download (the default model, llama.cpp's tokenizer vectors and Gemma 3 270M,
 //!   see [`data`]).
 //! - `setup`: only the installation step.
 
 mod bench;
+mod bench_big;
 mod bench_chat;
 mod bench_families;
 mod bench_vision;
@@ -46,16 +47,18 @@ fn main() -> ExitCode {
         Some("demo") => demo(&args[1..]),
         Some("bench") if args.iter().any(|a| a == "--vision") => bench_vision::bench_vision(&args[1..]),
         Some("bench") if args.iter().any(|a| a == "--families") => bench_families::bench_families(&args[1..]),
+        Some("bench") if args.iter().any(|a| a == "--big") => bench_big::bench_big(&args[1..]),
         Some("bench") => bench::bench(&args[1..]),
         Some("gpu-bench") => gpu_bench::gpu_bench(&args[1..]),
         Some("setup") => setup::ensure(&root()).map(|_| ()),
         Some("fetch") => data::fetch(&root()).map(|cache| eprintln!("xtask: data in {}", cache.display())),
         _ => {
             eprintln!(
-                "{USAGE}\n{}\n{}\n{}",
+                "{USAGE}\n{}\n{}\n{}\n{}",
                 bench::USAGE,
                 bench_vision::USAGE,
-                bench_families::USAGE
+                bench_families::USAGE,
+                bench_big::USAGE
             );
             return ExitCode::from(2);
         }
@@ -130,6 +133,9 @@ fn test() -> Result<(), String> {
     }
     let tools = setup::ensure(&root)?;
     let cache = data::fetch(&root)?;
+    // numpy & co. for gguf-py: tests/big_models.rs pipes random-weight files of real shapes from
+    // tests/fixtures/make_llama_shape_files.py into the loader.
+    bench_vision::python_packages()?;
     // Serves the cache to the browser tests (and the demo page to its e2e test). A fixed port keeps the
     // URL compiled into the wasm tests stable, so they are not rebuilt on every run.
     let server = serve::start(&root, &cache, TEST_PORT).or_else(|_| serve::start(&root, &cache, 0))?;
