@@ -17,6 +17,9 @@
 //! verdict), the load's time, the bytes downloaded, the wasm memory before and after (its peak), the
 //! engine's weight and device bytes and granted context, one greedy token's time; wllama's load, worker
 //! memory and token, or its error. Timings only: nothing asserts on them.
+//!
+//! Beside it, `node bench/big-cache.mjs [--pkg DIR]` checks the 8B file through the Cache API (a load with
+//! `cache: true`, the cached bytes, then inspect and a second load from the cache alone; see its header).
 
 use std::process::Command;
 
