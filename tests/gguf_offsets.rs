@@ -123,7 +123,8 @@ fn feed(stream: &mut GgufStream, mut n: u64, seen: &mut Vec<(String, u64, Vec<u8
 fn a_stream_hands_over_tensors_past_4_gib_and_checks_overlaps_and_length() {
     let bytes = header(&[("near", &[8], F32, 0), ("far", &[8], F32, GIB4 + 64)]);
     let data = bytes.len() as u64;
-    let mut stream = GgufStream::new().with_len(data + GIB4 + 96);
+    let mut stream = GgufStream::new();
+    stream.declare_len(data + GIB4 + 96);
     let mut seen = Vec::new();
     stream
         .push::<LoadError>(&bytes, &mut |e| {
@@ -163,7 +164,8 @@ fn a_stream_hands_over_tensors_past_4_gib_and_checks_overlaps_and_length() {
     );
 
     // A declared length shorter than the tensors: refused with the header, naming the tensor.
-    let mut stream = GgufStream::new().with_len(data + GIB4);
+    let mut stream = GgufStream::new();
+    stream.declare_len(data + GIB4);
     let e = stream
         .push::<LoadError>(&bytes, &mut |_| Ok(()))
         .expect_err("an error")

@@ -99,11 +99,15 @@ impl GgufStream {
         }
     }
 
-    /// The file's declared length (a download's `content-length`, a `Blob`'s size), checked against every
-    /// tensor's range once the header parses.
-    pub fn with_len(mut self, len: u64) -> Self {
+    /// Declares the file's length (a download's `content-length`, a `Blob`'s size), before its first
+    /// bytes: every tensor's range is checked against it once the header parses.
+    pub fn declare_len(&mut self, len: u64) {
         self.len = Some(len);
-        self
+    }
+
+    /// The header, once it has parsed (and while no tensor is being handed over).
+    pub fn header(&self) -> Option<&Gguf<'static>> {
+        self.header.as_ref()
     }
 
     /// A stream that reads the header and nothing after it (an inspection): no tensor is gathered, so its

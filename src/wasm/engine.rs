@@ -97,6 +97,11 @@ pub(super) fn load_error(e: &EngineError) -> JsValue {
     }
 }
 
+/// A length a source declared, as JavaScript passes it (`0` where it declares none).
+pub(super) fn declared(bytes: f64) -> Option<u64> {
+    (bytes.is_finite() && bytes > 0.0).then_some(bytes as u64)
+}
+
 /// An invalid `source` (status 422, param `source`, like every invalid load option).
 fn source_error(message: String) -> JsValue {
     api_error(&ApiError::invalid("source", message))
@@ -197,11 +202,8 @@ impl KilnLoader {
     /// a tensor ending past it is refused with the header. Before its first bytes.
     #[wasm_bindgen(js_name = declareLength)]
     pub fn declare_length(&mut self, file: u32, bytes: f64) {
-        if let Some(l) = self.inner.as_mut()
-            && bytes.is_finite()
-            && bytes > 0.0
-        {
-            l.declare_len(file as usize, bytes as u64);
+        if let (Some(l), Some(len)) = (self.inner.as_mut(), declared(bytes)) {
+            l.declare_len(file as usize, len);
         }
     }
 

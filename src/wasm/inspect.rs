@@ -4,17 +4,16 @@
 
 use wasm_bindgen::prelude::*;
 
-use super::engine::{choose_device, load_error, to_js};
+use super::engine::{choose_device, declared, load_error, to_js};
 use crate::engine::EngineError;
 use crate::engine::runtime::inspect::inspect;
-use crate::loader::stream::{Event, GgufStream};
-use crate::loader::{Gguf, LoadError};
+use crate::loader::stream::GgufStream;
+use crate::loader::{Gguf, GgufError, LoadError};
 
-/// The headers of a model's files, gathered piece by piece.
+/// The headers of a model's files, gathered piece by piece (each file's stream keeps its header).
 #[wasm_bindgen]
 pub struct KilnInspector {
     streams: Vec<GgufStream>,
-    headers: Vec<Option<Gguf<'static>>>,
     mmproj: bool,
 }
 
@@ -27,7 +26,6 @@ impl KilnInspector {
         let n = files.unwrap_or(1).max(1) as usize;
         Self {
             streams: (0..n).map(|_| GgufStream::new().header_only()).collect(),
-            headers: vec![None; n],
             mmproj: mmproj == Some(true),
         }
     }
@@ -35,38 +33,28 @@ impl KilnInspector {
     /// The declared length of file `file` (as for `KilnLoader.declareLength`).
     #[wasm_bindgen(js_name = declareLength)]
     pub fn declare_length(&mut self, file: u32, bytes: f64) {
-        if let Some(s) = self.streams.get_mut(file as usize)
-            && bytes.is_finite()
-            && bytes > 0.0
-        {
-            *s = std::mem::take(s).header_only().with_len(bytes as u64);
+        if let (Some(s), Some(len)) = (self.streams.get_mut(file as usize), declared(bytes)) {
+            s.declare_len(len);
         }
     }
 
-    /// The next bytes of file `file`; push until `headerIn(file)`.
+    /// The next bytes of file `file`; push until `headerIn(file)` (later bytes are not looked at).
     #[wasm_bindgen(js_name = pushTo)]
     pub fn push_to(&mut self, file: u32, piece: &[u8]) -> Result<(), JsValue> {
-        let i = file as usize;
-        let (Some(stream), Some(slot)) = (self.streams.get_mut(i), self.headers.get_mut(i)) else {
+        let Some(stream) = self.streams.get_mut(file as usize) else {
             return Ok(());
         };
-        if slot.is_some() {
-            return Ok(());
-        }
         stream
-            .push::<LoadError>(piece, &mut |e| {
-                if let Event::Header(g) = e {
-                    *slot = Some(g.clone());
-                }
-                Ok(())
-            })
+            .push::<LoadError>(piece, &mut |_| Ok(()))
             .map_err(|e| load_error(&EngineError::Load(e)))
     }
 
     /// Whether file `file`'s header has been read.
     #[wasm_bindgen(js_name = headerIn)]
     pub fn header_in(&self, file: u32) -> bool {
-        self.headers.get(file as usize).is_some_and(Option::is_some)
+        self.streams
+            .get(file as usize)
+            .is_some_and(|s| s.header().is_some())
     }
 
     /// The model as its headers describe it, and whether `device` (`"webgpu"`, `"cpu"` or `"auto"`) can
@@ -74,11 +62,10 @@ impl KilnInspector {
     /// vocabSize, contextLength, chatTemplate, vision, device: { runs, weightBytes, contextLength, error },
     /// deviceInfo }`.
     pub async fn report(&self, device: Option<String>) -> Result<JsValue, JsValue> {
-        let headers: Vec<&Gguf<'static>> = self.headers.iter().flatten().collect();
-        if headers.len() != self.headers.len() {
-            let missing = self.headers.iter().position(Option::is_none).unwrap_or(0);
+        let headers: Vec<&Gguf<'static>> = self.streams.iter().filter_map(GgufStream::header).collect();
+        if let Some(missing) = self.streams.iter().position(|s| s.header().is_none()) {
             return Err(load_error(&EngineError::Load(LoadError::Gguf(
-                crate::loader::GgufError::Truncated(format!("the header of file {}", missing + 1)),
+                GgufError::Truncated(format!("the header of file {}", missing + 1)),
             ))));
         }
         let (device, info) = choose_device(device.as_deref()).await?;

@@ -18,7 +18,6 @@
 //!
 //! A recurrent layer's state is fixed-size and does not grow with the context.
 
-use burn::backend::DispatchDevice;
 use burn::tensor::Device;
 use serde::Serialize;
 
@@ -112,7 +111,7 @@ pub fn grant(
     prefix_budget: u64,
 ) -> Result<Grant, EngineError> {
     let per_position = room.per_position;
-    let cpu = matches!(device.as_dispatch(), DispatchDevice::Flex(_));
+    let cpu = super::device::is_cpu(device);
     let positions = |bytes: u64, per: usize| match per {
         0 => usize::MAX,
         per => usize::try_from(bytes / per as u64).unwrap_or(usize::MAX),

@@ -119,6 +119,11 @@ pub fn run_constructors() {
     }
 }
 
+/// Whether `device` is burn's CPU backend (`flex`).
+pub fn is_cpu(device: &Device) -> bool {
+    matches!(device.as_dispatch(), burn::backend::DispatchDevice::Flex(_))
+}
+
 /// burn's CPU backend and its description.
 pub fn cpu() -> (Device, DeviceInfo) {
     run_constructors();

@@ -81,16 +81,17 @@ pub fn inspect(headers: &[&Gguf<'static>], mmproj: bool, device: &Device) -> Ins
     for (_, t) in tensors() {
         *types.entry(t.ty.name()).or_insert(0) += t.size();
     }
+    let weight_bytes = headers.iter().map(|g| held_bytes(g, device)).sum();
     let fit = match stage_all(headers, mmproj, device, default_limit(device), None) {
         Ok(s) => Fit {
             runs: true,
-            weight_bytes: 0,
+            weight_bytes,
             context_length: Some(s.config.max_position_embeddings),
             error: None,
         },
         Err(e) => Fit {
             runs: false,
-            weight_bytes: 0,
+            weight_bytes,
             context_length: None,
             error: Some(e.to_string()),
         },
@@ -116,10 +117,7 @@ pub fn inspect(headers: &[&Gguf<'static>], mmproj: bool, device: &Device) -> Ins
         context_length: arch_u64("context_length"),
         chat_template: first.is_some_and(|g| g.get("tokenizer.chat_template").is_some()),
         vision: mmproj,
-        device: Fit {
-            weight_bytes: headers.iter().map(|g| held_bytes(g, device)).sum(),
-            ..fit
-        },
+        device: fit,
         architecture,
     }
 }

@@ -116,7 +116,7 @@ impl<'f> GgufLoader<'f> {
     /// refused, named, once the header parses.
     pub fn declare_len(&mut self, file: usize, len: u64) {
         if let Some(stream) = self.streams.get_mut(file) {
-            *stream = std::mem::take(stream).with_len(len);
+            stream.declare_len(len);
         }
     }
 

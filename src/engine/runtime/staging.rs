@@ -8,10 +8,10 @@
 
 use std::collections::BTreeMap;
 
-use burn::backend::DispatchDevice;
 use burn::tensor::Device;
 
 use super::context::{self, Room};
+use super::device::is_cpu;
 use super::prefix_cache::DEFAULT_BUDGET;
 use crate::engine::EngineError;
 use crate::kernels::QuantWeight;
@@ -127,7 +127,7 @@ fn stage(
     // The context, estimated with the cache's values in f16 where the device has it (the fused step's):
     // the rope tables are built for it, and the grant made once the decoder is assembled is at most it.
     let model_length = config.max_position_embeddings;
-    let elem = match !cpu(device) && Caps::of(device).features.f16 {
+    let elem = match !is_cpu(device) && Caps::of(device).features.f16 {
         true => 2,
         false => 4,
     };
@@ -182,12 +182,7 @@ fn stage_vision(
 /// The weight limit of `device`: on the CPU backend in wasm32, the weights must fit in the 4 GiB address
 /// space with room to run; elsewhere none is known up front (WebGPU does not report its memory).
 pub(super) fn default_limit(device: &Device) -> Option<u64> {
-    (cfg!(target_family = "wasm") && cpu(device)).then_some(WASM_WEIGHT_LIMIT)
-}
-
-/// Whether `device` is the CPU backend.
-pub(super) fn cpu(device: &Device) -> bool {
-    matches!(device.as_dispatch(), DispatchDevice::Flex(_))
+    (cfg!(target_family = "wasm") && is_cpu(device)).then_some(WASM_WEIGHT_LIMIT)
 }
 
 /// The bytes the weights of `g` take as `device` would hold them (quantized blocks packed where it has a
@@ -211,29 +206,29 @@ pub(super) fn held_bytes(g: &Gguf<'static>, device: &Device) -> u64 {
 /// bytes of another file's (an mmproj's).
 fn check_fit(g: &Gguf<'static>, device: &Device, limit: u64, more: u64) -> Result<(), EngineError> {
     let held = held_bytes(g, device) + more;
-    if held > limit {
-        return Err(EngineError::TooLarge {
-            needed: held.div_ceil(1 << 20),
-            limit: limit >> 20,
-            device: match cpu(device) {
-                true => "the CPU backend",
-                false => "this device",
-            },
-            why: match cpu(device) {
-                true => {
-                    "and a wasm32 module addresses 4 GiB, with room kept for the KV cache, activations and the module"
-                }
-                false => "and the load was given a weight limit",
-            },
-            advice: match cpu(device) {
-                true => {
-                    "load it with `device: 'webgpu'` (its weights stream to the GPU, whose memory is not the module's), or choose a smaller quantization of the model"
-                }
-                false => "choose a smaller quantization of the model",
-            },
-        });
+    if held <= limit {
+        return Ok(());
     }
-    Ok(())
+    // (the device as the message names it, where the limit comes from, what to do instead)
+    let (name, why, advice) = match is_cpu(device) {
+        true => (
+            "the CPU backend",
+            "and a wasm32 module addresses 4 GiB, with room kept for the KV cache, activations and the module",
+            "load it with `device: 'webgpu'` (its weights stream to the GPU, whose memory is not the module's), or choose a smaller quantization of the model",
+        ),
+        false => (
+            "this device",
+            "and the load was given a weight limit",
+            "choose a smaller quantization of the model",
+        ),
+    };
+    Err(EngineError::TooLarge {
+        needed: held.div_ceil(1 << 20),
+        limit: limit >> 20,
+        device: name,
+        why,
+        advice,
+    })
 }
 
 /// Refuses, on wgpu, a matrix one of whose rows exceeds the largest storage buffer binding (a weight is
