@@ -212,7 +212,8 @@ function declaredLength(f) {
 /**
  * Opens `url` (through the Cache API when `cache` is on, keyed by URL); the body is not read yet. A fetched
  * response is written to the cache as it is read (the write's promise goes into `writes`: await it once the
- * body is read; a failed write, e.g. over quota, does not fail the load).
+ * body is read; a failed write, e.g. over quota, does not fail the load); without `writes` (a read of the
+ * headers only), the cache is read from and never written to.
  */
 async function open(url, store, writes = []) {
   let response = store ? await store.match(url) : undefined;
@@ -223,7 +224,7 @@ async function open(url, store, writes = []) {
       throw sourceError(`fetching \`source\` ${url} failed: ${e?.message ?? e}`, 'model_fetch_failed');
     }
     if (!response.ok) throw sourceError(`fetching \`source\` ${url} failed: HTTP ${response.status}`, 'model_fetch_failed');
-    if (store) writes.push(store.put(url, response.clone()).catch(() => {}));
+    if (store && writes) writes.push(store.put(url, response.clone()).catch(() => {}));
   }
   return response;
 }
@@ -272,7 +273,7 @@ async function download(items, cache, onProgress) {
 
 /**
  * One GGUF file of `source` opened for reading in pieces: `{ source, response, reader, bytes, blob, at }`
- * (a URL through the Cache API when `store` is given; bytes and `Blob`s as they are).
+ * (a URL through the Cache API when `store` is given, as `open` does; bytes and `Blob`s as they are).
  */
 async function openGguf(source, store, writes) {
   const response = isUrl(source) ? await open(String(source), store, writes) : null;
@@ -514,6 +515,19 @@ function ggufPair(source) {
   return [...lm, source.mmproj];
 }
 
+/**
+ * The GGUF files of `source`, as `load` and `inspect` take it: `{ files, mmproj }` (the language model's
+ * files in order, then the mmproj's where `mmproj` is true), or `null` when `source` is not a GGUF source
+ * (a Hugging Face model's files, or nothing valid). A lone URL of a split model's first file stands for all
+ * of its files.
+ */
+function ggufSources(source) {
+  if (isPair(source)) return { files: ggufPair(source), mmproj: true };
+  if (Array.isArray(source) && source.length > 0 && source.every(isGguf)) return { files: source, mmproj: false };
+  if (isGguf(source)) return { files: shardSources(source), mmproj: false };
+  return null;
+}
+
 /** Reports the parse and upload phases from the wasm module's `(loaded, total)` upload callback. */
 function uploadReporter(onProgress, size) {
   let parsed = false;
@@ -559,22 +573,16 @@ export class Engine {
     if (!['webgpu', 'cpu', 'auto'].includes(device)) {
       throw optionError('device', `\`device\` must be "webgpu", "cpu" or "auto", got ${JSON.stringify(device)}`);
     }
-    const pair = isPair(source);
-    let sources;
-    if (pair) sources = ggufPair(source);
-    else if (Array.isArray(source) && source.length > 0 && source.every(isGguf)) sources = source;
-    else if (isGguf(source)) sources = shardSources(source);
-    else throw sourceError('`source` must be the URL, bytes or Blob of a .gguf file, a list of them (the files of a split model, in order) or `{ model, mmproj }`');
+    const gguf = ggufSources(source);
+    if (!gguf) throw sourceError('`source` must be the URL, bytes or Blob of a .gguf file, a list of them (the files of a split model, in order) or `{ model, mmproj }`');
     const build = await buildFor(device, threads, wasm);
-    const store = cache && globalThis.caches && sources.some(isUrl) ? await caches.open('kiln-models') : null;
+    const store = cache && globalThis.caches && gguf.files.some(isUrl) ? await caches.open('kiln-models') : null;
     const files = [];
     let inspector;
     try {
-      for (const x of sources) {
-        const hit = isUrl(x) && store ? await store.match(String(x)) : undefined;
-        files.push(hit ? { source: x, response: hit, reader: hit.body.getReader(), at: 0 } : await openGguf(x, null, []));
-      }
-      inspector = new build.wasm.KilnInspector(pair ? files.length - 1 : files.length, pair);
+      // Read from the cache where it holds a file, never written to: only the headers are read.
+      for (const x of gguf.files) files.push(await openGguf(x, store, null));
+      inspector = new build.wasm.KilnInspector(gguf.mmproj ? files.length - 1 : files.length, gguf.mmproj);
       for (const [i, f] of files.entries()) {
         inspector.declareLength(i, declaredLength(f));
         while (!inspector.headerIn(i)) {
@@ -645,16 +653,13 @@ export class Engine {
         throw toError(e);
       }
     }
-    const ggufFiles = Array.isArray(source) && source.length > 0 && source.every(isGguf);
-    const pair = isPair(source);
-    if (quantize !== undefined && quantize !== null && (isGguf(source) || ggufFiles || pair)) {
+    // Refused before a pair's files are checked (`ggufSources` checks them; nothing else in it throws).
+    if (quantize !== undefined && quantize !== null && (isPair(source) || ggufSources(source))) {
       throw new KilnError({ status: 422, error: { message: '`quantize` applies to Hugging Face (safetensors) sources; a GGUF file keeps the types it was quantized to', type: 'invalid_request_error', param: 'quantize', code: 'invalid_value' } });
     }
-    if (isGguf(source) || ggufFiles) {
-      const sources = ggufFiles ? source : shardSources(source);
-      inner = await streamGguf(build.wasm, model, sources, { cache, device: build.device, onProgress, contextLength });
-    } else if (pair) {
-      inner = await streamGguf(build.wasm, model, ggufPair(source), { cache, device: build.device, onProgress, mmproj: true, contextLength });
+    const gguf = ggufSources(source);
+    if (gguf) {
+      inner = await streamGguf(build.wasm, model, gguf.files, { cache, device: build.device, onProgress, mmproj: gguf.mmproj, contextLength });
     } else if (source && typeof source === 'object' && 'config' in source) {
       const files = await hfFiles(source, cache, onProgress);
       const size = files.weights.reduce((n, w) => n + w.bytes.length, 0);
