@@ -9,23 +9,18 @@
 // contexts are incognito-like, where the Cache API refuses a response of this size ("Unexpected internal error",
 // measured; the page's quota was 10 GiB either way).
 //
-//   node bench/big-cache.mjs [--pkg DIR (pkg)] [--dir DIR ($KILN_CACHE/big-shapes)]
+//   node bench/big-cache.mjs [--pkg DIR (pkg)] [--dir DIR ($KILN_CACHE/big-shapes)] [--root DIR]
 import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { request, createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
+import { opt, paths } from './options.mjs';
 import { serve } from './serve.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const args = process.argv.slice(2);
-const opt = (name, fallback) => {
-  const i = args.indexOf(`--${name}`);
-  return i >= 0 ? args[i + 1] : fallback;
-};
-const root = join(here, '..');
-const cache = process.env.KILN_CACHE ?? join(root, '.cache', 'kiln');
+const { root, cache } = paths(here);
 const dir = opt('dir', join(cache, 'big-shapes'));
 const FILE = 'llama-3.1-8b-instruct-random-q4_k_m.gguf';
 const size = statSync(join(dir, FILE)).size;

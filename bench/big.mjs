@@ -50,16 +50,11 @@ import { cpus } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { launch } from '../tests/e2e/browser.mjs';
+import { args, opt, paths } from './options.mjs';
 import { serve } from './serve.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const args = process.argv.slice(2);
-const opt = (name, fallback) => {
-  const i = args.indexOf(`--${name}`);
-  return i >= 0 ? args[i + 1] : fallback;
-};
-const root = opt('root', join(here, '..'));
-const cache = process.env.KILN_CACHE ?? join(root, '.cache', 'kiln');
+const { root, cache } = paths(here);
 const dir = opt('dir', join(cache, 'big-shapes'));
 const outPath = opt('out', join(root, 'target', 'bench', 'big.json'));
 const pkgDir = opt('pkg', join(root, 'pkg'));

@@ -30,16 +30,11 @@ import { fileURLToPath } from 'node:url';
 import { deflateSync } from 'node:zlib';
 import { launch } from '../tests/e2e/browser.mjs';
 import { cpuSince, cpuSnapshot, quiet as quietFor } from './load.mjs';
+import { args, opt, paths } from './options.mjs';
 import { serve } from './serve.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const args = process.argv.slice(2);
-const opt = (name, fallback) => {
-  const i = args.indexOf(`--${name}`);
-  return i >= 0 ? args[i + 1] : fallback;
-};
-const root = opt('root', join(here, '..'));
-const cache = process.env.KILN_CACHE ?? join(root, '.cache', 'kiln');
+const { root, cache } = paths(here);
 const dir = opt('dir', join(cache, 'vision-bench'));
 const outPath = opt('out', join(root, 'target', 'bench', 'vision.json'));
 const pkgDir = opt('pkg', join(root, 'pkg'));

@@ -92,26 +92,14 @@ pub fn bench_big(args: &[String]) -> Result<(), String> {
     let tools = setup::ensure(&root)?;
     let cache = data::fetch(&root)?;
     let dir = value("--dir").map_or_else(|| cache.join("big-shapes"), Into::into);
-    let missing: Vec<&str> = MODELS
-        .iter()
-        .filter(|(key, file)| wanted.split(',').any(|w| w == *key) && !dir.join(file).is_file())
-        .map(|(key, _)| *key)
-        .collect();
-    if !missing.is_empty() {
-        let mut python = crate::bench_vision::gguf_python(&root, &cache)?;
-        eprintln!(
-            "\n==> bench --big: writing the random-weight files of {} into {}",
-            missing.join(", "),
-            dir.display()
-        );
-        run(python
-            .arg("tests/fixtures/make_llama_shape_files.py")
-            .arg(&dir)
-            .arg("--only")
-            .arg(missing.join(","))
-            .arg("--vocab-dir")
-            .arg(cache.join("llama.cpp").join("models")))?;
-    }
+    crate::bench_families::write_missing(
+        &root,
+        &cache,
+        "tests/fixtures/make_llama_shape_files.py",
+        &dir,
+        &MODELS,
+        &wanted,
+    )?;
     // A package of one's own (`--pkg`) is used as it is.
     if build && value("--pkg").is_none() {
         eprintln!("\n==> bench --big: the package");

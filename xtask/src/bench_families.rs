@@ -78,14 +78,14 @@ pub fn bench_families(args: &[String]) -> Result<(), String> {
     let tools = setup::ensure(&root)?;
     let cache = data::fetch(&root)?;
     let dir = cache.join("family-bench");
-    let missing: Vec<&str> = MODELS
-        .iter()
-        .filter(|(key, file)| wanted.split(',').any(|w| w == *key) && !dir.join(file).is_file())
-        .map(|(key, _)| *key)
-        .collect();
-    if !missing.is_empty() {
-        write_files(&root, &cache, &dir, &missing)?;
-    }
+    write_missing(
+        &root,
+        &cache,
+        "tests/fixtures/make_family_bench_files.py",
+        &dir,
+        &MODELS,
+        wanted,
+    )?;
     if native_too {
         let models: Vec<(&str, &str)> = MODELS
             .iter()
@@ -112,21 +112,38 @@ pub fn bench_families(args: &[String]) -> Result<(), String> {
         .args(theirs))
 }
 
-/// Writes the files of `models` into `dir` with gguf-py from the data cache's llama.cpp sources.
-fn write_files(root: &Path, cache: &Path, dir: &Path, models: &[&str]) -> Result<(), String> {
+/// Writes into `dir`, with `script` (a `tests/fixtures/make_*_files.py` that takes `DIR --vocab-dir V --only
+/// KEYS`) and gguf-py from the data cache's llama.cpp sources, the files of the `wanted` models (keys,
+/// comma-separated) of `models` (key, file name) that are not there yet.
+pub fn write_missing(
+    root: &Path,
+    cache: &Path,
+    script: &str,
+    dir: &Path,
+    models: &[(&str, &str)],
+    wanted: &str,
+) -> Result<(), String> {
+    let missing: Vec<&str> = models
+        .iter()
+        .filter(|(key, file)| wanted.split(',').any(|w| w == *key) && !dir.join(file).is_file())
+        .map(|(key, _)| *key)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
     let mut python = crate::bench_vision::gguf_python(root, cache)?;
     eprintln!(
-        "\n==> bench --families: writing the random-weight files of {} into {}",
-        models.join(", "),
+        "\n==> {script}: writing the random-weight files of {} into {}",
+        missing.join(", "),
         dir.display()
     );
     run(python
-        .arg("tests/fixtures/make_family_bench_files.py")
+        .arg(script)
         .arg(dir)
         .arg("--vocab-dir")
         .arg(cache.join("llama.cpp").join("models"))
         .arg("--only")
-        .arg(models.join(",")))
+        .arg(missing.join(",")))
 }
 
 /// kiln natively on wgpu for each of `models` (key, file in `dir`): `examples/bench.rs`, one warm-up and one
